@@ -1,0 +1,31 @@
+# `make test` and `make demo` are all a newcomer needs: each creates .venv if missing and installs into it.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: test demo bench ops clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(PY) pyproject.toml
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest backend_tests
+
+demo: $(STAMP)
+	$(PY) examples/demo.py
+
+bench: $(STAMP)
+	$(PY) -m pip install -q onnxruntime
+	$(PY) benchmarks/bench_core.py
+
+ops: $(STAMP)
+	$(PY) -m onnx_mini.cli ops
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,555 @@
+"""Core benchmarks: onnx_mini vs onnxruntime (CPUExecutionProvider) vs onnx.reference.ReferenceEvaluator.
+
+    .venv/bin/python benchmarks/bench_core.py            # full run (under ~3 minutes)
+    .venv/bin/python benchmarks/bench_core.py --quick    # fewer repetitions (under ~40 s)
+
+Cases (see benchmarks/README.md):
+  1. per-node overhead: a 1000-node dependency chain of tiny Add/Shape/Reshape/GatherElements nodes;
+     for onnx_mini also the executor loop's own cost per node.
+  2. GatherElements on 2048x2048 float32 with int64 indices in [-2048, 2048), axis 0 and axis 1.
+  3. Shape -> Reshape chain on a 64 MB float32 tensor: should be free (views, no copies).
+
+All runtimes run in this process. Times are medians over repeats, after warm-up. A runtime that is
+missing or fails on a case is shown as 'n/a' (the reason is printed below the table); nothing here
+is allowed to stop the other cases.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import math
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import tracemalloc
+from typing import Any, Callable
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx_mini
+from onnx_mini.executor import execute
+from onnx_mini.inputs import bind_inputs
+
+try:
+    import onnxruntime as ort
+except Exception as e:  # missing or broken install: every onnxruntime cell becomes n/a
+    ort = None
+    ORT_IMPORT_ERROR = f"{type(e).__name__}: {e}"
+else:
+    ORT_IMPORT_ERROR = ""
+
+try:
+    from onnx.reference import ReferenceEvaluator
+except Exception as e:
+    ReferenceEvaluator = None
+    REF_IMPORT_ERROR = f"{type(e).__name__}: {e}"
+else:
+    REF_IMPORT_ERROR = ""
+
+IR_VERSION = 10          # onnxruntime accepts IR <= 13 only
+OPSET = 21
+RUNTIMES = ("onnx_mini", "onnxruntime", "onnx.reference")
+
+# Repetitions (full, quick). Each timed sample lasts at least MIN_SAMPLE seconds (inner loop).
+REPEATS = {"chain": (25, 7), "gather": (15, 5), "reshape": (25, 7)}
+MIN_SAMPLE = {False: 0.02, True: 0.01}
+
+
+# -- timing ---------------------------------------------------------------------------------------
+
+def measure(fn: Callable[[], Any], repeats: int, *, warmup: int = 2, min_sample: float = 0.02,
+            max_seconds: float = 30.0) -> float:
+    """Median seconds per call of fn(): warm-up calls, then `repeats` samples, each of enough calls
+    to last min_sample. Stops early (with at least 3 samples) once max_seconds are spent."""
+    for _ in range(warmup):
+        fn()
+    t0 = time.perf_counter()
+    fn()
+    one = max(time.perf_counter() - t0, 1e-9)
+    inner = max(1, math.ceil(min_sample / one))
+    samples = []
+    start = time.perf_counter()
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            samples.append((time.perf_counter() - t0) / inner)
+            if len(samples) >= 3 and time.perf_counter() - start > max_seconds:
+                break
+    finally:
+        if gc_was:
+            gc.enable()
+    return statistics.median(samples)
+
+
+def measure_batch(make: Callable[[], Any], fn: Callable[[Any], Any], repeats: int, *, per_sample: int,
+                  warmup: int = 2) -> float:
+    """Like measure(), for a fn that consumes a fresh argument each call (built by make(), untimed)."""
+    for _ in range(warmup):
+        fn(make())
+    samples = []
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            args = [make() for _ in range(per_sample)]
+            t0 = time.perf_counter()
+            for a in args:
+                fn(a)
+            samples.append((time.perf_counter() - t0) / per_sample)
+    finally:
+        if gc_was:
+            gc.enable()
+    return statistics.median(samples)
+
+
+def fmt_time(t: float | None) -> str:
+    if t is None:
+        return "n/a"
+    if t < 1e-6:
+        return f"{t * 1e9:.0f} ns"
+    if t < 1e-3:
+        return f"{t * 1e6:.2f} us"
+    if t < 1.0:
+        return f"{t * 1e3:.2f} ms"
+    return f"{t:.2f} s"
+
+
+def fmt_ratio(a: float | None, b: float | None) -> str:
+    if a is None or b is None or b == 0:
+        return "n/a"
+    return f"{a / b:.2f}x"
+
+
+def fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "n/a"
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def short(e: BaseException, limit: int = 160) -> str:
+    msg = " ".join(f"{type(e).__name__}: {e}".split())
+    return msg if len(msg) <= limit else msg[: limit - 3] + "..."
+
+
+# -- runtimes -------------------------------------------------------------------------------------
+
+class Runner:
+    """One runtime on one model: build(), then call(feeds) -> list of outputs. Failures are kept as text."""
+
+    def __init__(self, name: str, model: onnx.ModelProto, **ort_options: Any):
+        self.name = name
+        self.error = ""
+        self.setup_time: float | None = None
+        self.obj: Any = None
+        self.call: Callable[[dict], list] | None = None
+        t0 = time.perf_counter()
+        try:
+            if name == "onnx_mini":
+                rep = onnx_mini.prepare(model)
+                self.obj = rep
+                self.call = lambda feeds: list(rep.run(feeds))
+            elif name == "onnxruntime":
+                if ort is None:
+                    raise RuntimeError(f"onnxruntime not importable ({ORT_IMPORT_ERROR})")
+                so = ort.SessionOptions()
+                for k, v in ort_options.items():
+                    setattr(so, k, v)
+                sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+                self.obj = sess
+                self.call = lambda feeds: sess.run(None, feeds)
+            elif name == "onnx.reference":
+                if ReferenceEvaluator is None:
+                    raise RuntimeError(f"onnx.reference not importable ({REF_IMPORT_ERROR})")
+                ref = ReferenceEvaluator(model)
+                self.obj = ref
+                self.call = lambda feeds: ref.run(None, feeds)
+            else:
+                raise ValueError(name)
+            self.setup_time = time.perf_counter() - t0
+        except Exception as e:
+            self.error = f"setup failed: {short(e)}"
+            self.call = None
+
+    @property
+    def ok(self) -> bool:
+        return self.call is not None and not self.error
+
+    def try_run(self, feeds: dict) -> list | None:
+        if not self.ok:
+            return None
+        try:
+            return self.call(feeds)
+        except Exception as e:
+            self.error = f"run failed: {short(e)}"
+            return None
+
+    def time(self, feeds: dict, repeats: int, min_sample: float) -> float | None:
+        if not self.ok:
+            return None
+        try:
+            return measure(lambda: self.call(feeds), repeats, min_sample=min_sample)
+        except Exception as e:
+            self.error = f"timing failed: {short(e)}"
+            return None
+
+
+def make_runners(model: onnx.ModelProto) -> dict[str, Runner]:
+    return {name: Runner(name, model) for name in RUNTIMES}
+
+
+def check_against(runners: dict[str, Runner], outs: dict[str, list | None], ref_name: str,
+                  notes: list[str], label: str) -> None:
+    """Compare every runtime's outputs to ref_name's with np.array_equal; a mismatch disables timing."""
+    base = outs.get(ref_name)
+    if base is None:
+        notes.append(f"{label}: no {ref_name} output to check against")
+        return
+    for name, out in outs.items():
+        if name == ref_name or out is None:
+            continue
+        same = len(out) == len(base) and all(
+            np.asarray(a).shape == np.asarray(b).shape and np.array_equal(a, b) for a, b in zip(out, base))
+        if not same:
+            runners[name].error = f"output differs from {ref_name} (np.array_equal is False) - not timed"
+            notes.append(f"{label}: {name} output DIFFERS from {ref_name}")
+
+
+# -- models ---------------------------------------------------------------------------------------
+
+def make_model(nodes, inputs, outputs, initializers, name: str) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, name, inputs, outputs, initializer=initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="bench_core")
+    model.ir_version = IR_VERSION
+    onnx.checker.check_model(model)
+    return model
+
+
+def chain_model(n_nodes: int, shape=(2, 3), seed: int = 0) -> onnx.ModelProto:
+    """x -> Add(., c) -> Shape -> Reshape(add, shape) -> GatherElements(., idx) -> Add ... (one line).
+
+    The input has symbolic dims so that no runtime can turn Shape into a constant from the declared type.
+    """
+    assert n_nodes % 4 == 0
+    rng = np.random.default_rng(seed)
+    c = numpy_helper.from_array(np.full(shape, 0.125, dtype=np.float32), "c")
+    idx = numpy_helper.from_array(rng.integers(-shape[0], shape[0], size=shape, dtype=np.int64), "idx")
+    nodes, prev = [], "x"
+    for k in range(n_nodes // 4):
+        a, s, r, g = f"add{k}", f"shape{k}", f"reshape{k}", f"gather{k}"
+        nodes += [
+            helper.make_node("Add", [prev, "c"], [a], name=f"Add_{k}"),
+            helper.make_node("Shape", [a], [s], name=f"Shape_{k}"),
+            helper.make_node("Reshape", [a, s], [r], name=f"Reshape_{k}"),
+            helper.make_node("GatherElements", [r, "idx"], [g], name=f"GatherElements_{k}", axis=0),
+        ]
+        prev = g
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "M"])
+    y = helper.make_tensor_value_info(prev, TensorProto.FLOAT, list(shape))  # = idx.shape
+    return make_model(nodes, [x], [y], [c, idx], "chain")
+
+
+def gather_model(axis: int, shape) -> onnx.ModelProto:
+    node = helper.make_node("GatherElements", ["data", "indices"], ["y"], axis=axis)
+    return make_model([node],
+                      [helper.make_tensor_value_info("data", TensorProto.FLOAT, list(shape)),
+                       helper.make_tensor_value_info("indices", TensorProto.INT64, list(shape))],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))], [], "gather")
+
+
+def reshape_model(shape, round_trips: int) -> onnx.ModelProto:
+    """x -> [Shape(prev); Reshape(prev, [-1]); Reshape(flat, shape)] * round_trips."""
+    flat = numpy_helper.from_array(np.array([math.prod(shape)], dtype=np.int64), "flat_shape")
+    nodes, prev = [], "x"
+    for k in range(round_trips):
+        s, f, b = f"s{k}", f"flat{k}", f"back{k}"
+        nodes += [helper.make_node("Shape", [prev], [s]),
+                  helper.make_node("Reshape", [prev, "flat_shape"], [f]),
+                  helper.make_node("Reshape", [f, s], [b])]
+        prev = b
+    return make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                      [helper.make_tensor_value_info(prev, TensorProto.FLOAT, list(shape))], [flat], "reshape")
+
+
+def ort_optimized_node_count(model: onnx.ModelProto) -> int | None:
+    """How many nodes onnxruntime keeps after its default graph optimizations (None if unknown)."""
+    if ort is None:
+        return None
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "opt.onnx")
+        try:
+            so = ort.SessionOptions()
+            so.optimized_model_filepath = path
+            ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+            return len(onnx.load(path).graph.node)
+        except Exception:
+            return None
+
+
+# -- report ---------------------------------------------------------------------------------------
+
+class Table:
+    def __init__(self):
+        self.rows: list[tuple[str, dict[str, float | None]]] = []
+        self.notes: list[str] = []
+
+    def add(self, label: str, times: dict[str, float | None]) -> None:
+        self.rows.append((label, times))
+        t = times
+        print(f"  {label}: " + ", ".join(f"{n} {fmt_time(t.get(n))}" for n in RUNTIMES), flush=True)
+
+    def render(self) -> str:
+        head = ("case", "onnx_mini", "onnxruntime", "onnx.reference", "mini/ort", "ref/mini")
+        body = []
+        for label, t in self.rows:
+            m, o, r = (t.get(n) for n in RUNTIMES)
+            body.append((label, fmt_time(m), fmt_time(o), fmt_time(r), fmt_ratio(m, o), fmt_ratio(r, m)))
+        widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
+
+        def line(row):
+            return "| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                                     for i, (c, w) in enumerate(zip(row, widths))) + " |"
+        sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+        return "\n".join([line(head), sep, *map(line, body)])
+
+
+def runner_notes(table: Table, label: str, runners: dict[str, Runner]) -> None:
+    for name, r in runners.items():
+        if r.error:
+            table.notes.append(f"{label}: {name} n/a - {r.error}")
+
+
+# -- case 1: per-node overhead --------------------------------------------------------------------
+
+def case_chain(table: Table, quick: bool, n_nodes: int = 1000) -> None:
+    label = f"1. chain of {n_nodes} tiny nodes"
+    print(f"\n[{label}] Add/Shape/Reshape/GatherElements on float32[2,3], one dependency line", flush=True)
+    reps, min_sample = REPEATS["chain"][quick], MIN_SAMPLE[quick]
+    model = chain_model(n_nodes)
+    x = np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)
+    feeds = {"x": x}
+    runners = make_runners(model)
+    outs = {n: r.try_run(feeds) for n, r in runners.items()}
+    check_against(runners, outs, "onnxruntime" if outs.get("onnxruntime") is not None else "onnx.reference",
+                  table.notes, label)
+    times = {n: r.time(feeds, reps, min_sample) for n, r in runners.items()}
+    table.add(f"{label}, per run", times)
+    table.add(f"{label}, per node", {n: (t / n_nodes if t is not None else None) for n, t in times.items()})
+    runner_notes(table, label, runners)
+    print("  setup: " + ", ".join(f"{n} {fmt_time(r.setup_time)}" for n, r in runners.items()))
+
+    # onnx_mini: split run() into input binding, the executor loop and the kernels themselves.
+    mini = runners["onnx_mini"]
+    if mini.ok:
+        try:
+            _chain_breakdown(mini.obj.plan, feeds, n_nodes, reps, times["onnx_mini"], table)
+        except Exception as e:
+            table.notes.append(f"{label}: onnx_mini breakdown failed - {short(e)}")
+
+    # onnxruntime folds/removes nodes by default; show what it costs when it must run every node.
+    if ort is not None and runners["onnxruntime"].ok:
+        kept = ort_optimized_node_count(model)
+        plain = Runner("onnxruntime", model, graph_optimization_level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+        t = plain.time(feeds, reps, min_sample) if plain.try_run(feeds) is not None else None
+        msg = (f"{label}: onnxruntime keeps {kept if kept is not None else '?'} of {n_nodes} nodes after its "
+               f"default graph optimizations; with ORT_DISABLE_ALL it takes "
+               f"{fmt_time(t / n_nodes) if t else 'n/a'} per node ({fmt_time(t)} per run"
+               + (f", onnx_mini/ort = {fmt_ratio(times['onnx_mini'], t)}" if t else "") + ")")
+        table.notes.append(msg)
+        print("  " + msg)
+
+
+def _chain_breakdown(plan, feeds: dict, n_nodes: int, reps: int, t_run: float | None, table: Table) -> None:
+    steps = plan.steps
+    if len(steps) != n_nodes:
+        table.notes.append(f"chain: onnx_mini plan has {len(steps)} steps, not {n_nodes} "
+                           "(something was constant-folded or fused)")
+    # Pre-bind every step's arguments by walking the plan once, exactly as execute() does.
+    slots = bind_inputs(plan, feeds)
+    bound = []
+    for fn, ins, out, _frees in steps:
+        args = tuple(slots[i] for i in ins)
+        result = fn(*args)
+        bound.append((fn, args))
+        if out.__class__ is int:
+            slots[out] = result
+        else:
+            for o, v in zip(out, result):
+                slots[o] = v
+
+    def direct():
+        for fn, args in bound:
+            fn(*args)
+
+    per_sample = 20
+    t_bind = measure(lambda: bind_inputs(plan, feeds), reps, min_sample=0.005)
+    t_exec = measure_batch(lambda: bind_inputs(plan, feeds), lambda s: execute(plan, s), reps,
+                           per_sample=per_sample)
+    t_direct = measure(direct, reps, min_sample=0.02)
+    overhead = t_exec - t_direct
+    by_op: dict[str, list] = {}
+    for (fn, args), info in zip(bound, plan.infos):
+        by_op.setdefault(info.op_type, []).append((fn, args))
+    op_times = {}
+    for op, items in by_op.items():
+        def calls(items=items):
+            for fn, args in items:
+                fn(*args)
+        op_times[op] = measure(calls, reps, min_sample=0.01) / len(items)
+
+    lines = [
+        f"onnx_mini breakdown (per node, {len(steps)} plan steps): "
+        f"run() {fmt_time(t_run / n_nodes if t_run else None)} = "
+        f"execute() {fmt_time(t_exec / n_nodes)} + bind_inputs/outputs {fmt_time((t_run - t_exec) / n_nodes) if t_run else 'n/a'}",
+        f"  kernels called directly with pre-bound args: {fmt_time(t_direct / n_nodes)}; "
+        f"executor overhead = execute() - direct = {fmt_time(overhead / n_nodes)} per node "
+        f"({100 * overhead / t_exec:.0f}% of execute())",
+        f"  bind_inputs(): {fmt_time(t_bind)} per run; kernel cost by op: "
+        + ", ".join(f"{op} {fmt_time(t)}" for op, t in op_times.items()),
+    ]
+    for line in lines:
+        print("  " + line)
+    table.notes.extend(lines)
+
+
+# -- case 2: GatherElements -----------------------------------------------------------------------
+
+def case_gather(table: Table, quick: bool, n: int = 2048) -> None:
+    print(f"\n[2. GatherElements] float32[{n},{n}], int64 indices in [-{n}, {n})", flush=True)
+    reps, min_sample = REPEATS["gather"][quick], MIN_SAMPLE[quick]
+    rng = np.random.default_rng(2)
+    data = rng.standard_normal((n, n)).astype(np.float32)
+    indices = rng.integers(-n, n, size=(n, n), dtype=np.int64)
+    feeds = {"data": data, "indices": indices}
+    for axis in (0, 1):
+        label = f"2. GatherElements {n}x{n} axis={axis}"
+        model = gather_model(axis, (n, n))
+        runners = make_runners(model)
+        outs = {name: r.try_run(feeds) for name, r in runners.items()}
+        if outs["onnxruntime"] is not None:
+            check_against(runners, outs, "onnxruntime", table.notes, label)
+            if runners["onnx_mini"].ok:
+                print(f"  axis={axis}: onnx_mini output equals onnxruntime's (np.array_equal): True")
+        else:
+            # No onnxruntime to compare with: check onnx_mini against numpy itself.
+            expected = np.take_along_axis(data, np.where(indices < 0, indices + n, indices), axis=axis)
+            got = outs["onnx_mini"]
+            if got is not None and not np.array_equal(got[0], expected):
+                runners["onnx_mini"].error = "output differs from np.take_along_axis - not timed"
+            table.notes.append(f"{label}: onnxruntime unavailable, onnx_mini checked against np.take_along_axis")
+        times = {name: r.time(feeds, reps, min_sample) for name, r in runners.items()}
+        table.add(label, times)
+        runner_notes(table, label, runners)
+        del runners, outs
+        gc.collect()
+
+
+# -- case 3: Shape/Reshape on 64 MB ---------------------------------------------------------------
+
+def case_reshape(table: Table, quick: bool, shape=(4096, 4096), round_trips: int = 4) -> None:
+    n_nodes = 3 * round_trips
+    label = f"3. Shape/Reshape x{n_nodes} on 64 MB"
+    print(f"\n[{label}] float32{list(shape)} <-> ({math.prod(shape)},), {round_trips} round trips "
+          f"({2 * round_trips} Reshape + {round_trips} Shape nodes)", flush=True)
+    reps, min_sample = REPEATS["reshape"][quick], MIN_SAMPLE[quick]
+    model = reshape_model(shape, round_trips)
+    x = np.random.default_rng(3).standard_normal(shape, dtype=np.float32)
+    feeds = {"x": x}
+    runners = make_runners(model)
+    outs = {name: r.try_run(feeds) for name, r in runners.items()}
+    for name, out in outs.items():
+        if out is not None and not (out[0].shape == x.shape and np.array_equal(out[0], x)):
+            runners[name].error = "output is not equal to the input - not timed"
+    times = {name: r.time(feeds, reps, min_sample) for name, r in runners.items()}
+    table.add(label, times)
+    runner_notes(table, label, runners)
+
+    shares = {name: (bool(np.shares_memory(out[0], x)) if out is not None else None) for name, out in outs.items()}
+    peaks = {}
+    for name in ("onnx_mini", "onnx.reference"):   # numpy allocations are visible to tracemalloc
+        r = runners[name]
+        if not r.ok:
+            peaks[name] = None
+            continue
+        gc.collect()
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            result = r.call(feeds)
+            peaks[name] = tracemalloc.get_traced_memory()[1] - base
+            del result
+        except Exception:
+            peaks[name] = None
+        finally:
+            tracemalloc.stop()
+    line = ("output shares memory with the input (np.shares_memory): "
+            + ", ".join(f"{n} {'n/a' if s is None else s}" for n, s in shares.items())
+            + f"; peak extra memory of one run (tracemalloc, input is {fmt_bytes(x.nbytes)}): "
+            + ", ".join(f"{n} {fmt_bytes(p)}" for n, p in peaks.items())
+            + " (onnxruntime's own allocator is invisible to tracemalloc)")
+    print("  " + line)
+    table.notes.append(f"{label}: {line}")
+
+
+# -- main -----------------------------------------------------------------------------------------
+
+def machine_info() -> str:
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for ln in f:
+                if ln.startswith("model name"):
+                    cpu = ln.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return (f"python {platform.python_version()}, numpy {np.__version__}, onnx {onnx.__version__}, "
+            f"onnxruntime {ort.__version__ if ort is not None else 'n/a'}, onnx_mini {onnx_mini.__version__}, "
+            f"CPU count {os.cpu_count()}" + (f" ({cpu})" if cpu else "") + f", {platform.system()} {platform.machine()}")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="fewer repetitions (under ~40 s)")
+    args = p.parse_args(argv)
+    start = time.perf_counter()
+    print("machine:", machine_info())
+    if ORT_IMPORT_ERROR:
+        print(f"note: onnxruntime unavailable ({ORT_IMPORT_ERROR}); its column is n/a")
+    if REF_IMPORT_ERROR:
+        print(f"note: onnx.reference unavailable ({REF_IMPORT_ERROR}); its column is n/a")
+    table = Table()
+    for case in (case_chain, case_gather, case_reshape):
+        try:
+            case(table, args.quick)
+        except Exception as e:   # keep going: one broken case must not hide the others
+            table.notes.append(f"{case.__name__} aborted: {short(e, 300)}")
+            print(f"  {case.__name__} aborted: {short(e, 300)}", flush=True)
+        gc.collect()
+
+    print(f"\nResults ({'quick' if args.quick else 'full'} run; median of repeats after warm-up; "
+          "mini/ort = onnx_mini time / onnxruntime time, ref/mini = onnx.reference time / onnx_mini time)")
+    print("machine:", machine_info())
+    print(table.render())
+    if table.notes:
+        print("\nNotes:")
+        for note in table.notes:
+            print(" - " + note)
+    print(f"\ntotal benchmark time: {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

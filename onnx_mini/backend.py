@@ -1,0 +1,105 @@
+"""onnx.backend.base wiring: Backend (prepare / run_model / run_node) and the prepared model."""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx.defs
+from onnx.backend.base import Backend as _OnnxBackend
+from onnx.backend.base import BackendRep, namedtupledict
+
+from . import loader
+from .executor import Hook, execute
+from .graph import Graph, Model, Node, ValueInfo
+from .inputs import bind_inputs
+from .loader import MAX_IR_VERSION, MIN_IR_VERSION
+from .plan import Plan, build_plan
+
+
+class PreparedModel(BackendRep):
+    """A model planned once; run() may be called any number of times (it keeps no state between runs)."""
+
+    def __init__(self, model: Model, *, optimize: bool = True):
+        self.model = model
+        self.optimize = optimize
+        self.plan: Plan = build_plan(model.graph, model.opsets, model.functions, optimize=optimize)
+        self._outputs_type = namedtupledict("Outputs", self.plan.output_names)
+
+    @property
+    def input_names(self) -> list[str]:
+        """Names of the inputs a caller must give (those without an initializer default)."""
+        return [i.name for i in self.plan.required_inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self.plan.output_names)
+
+    def run(self, inputs: Any, hook: Hook | None = None, **kwargs: Any):
+        """inputs: a list (positional, graph order), a dict name -> value, or a single array."""
+        values = execute(self.plan, bind_inputs(self.plan, inputs), hook)
+        return self._outputs_type(*values)
+
+
+class Backend(_OnnxBackend):
+    """The onnx_mini backend for onnx.backend.test and other backend users (CPU only)."""
+
+    @classmethod
+    def is_compatible(cls, model, device: str = "CPU", **kwargs: Any) -> bool:
+        ir = getattr(model, "ir_version", MIN_IR_VERSION)
+        return cls.supports_device(device) and MIN_IR_VERSION <= ir <= MAX_IR_VERSION
+
+    @classmethod
+    def prepare(cls, model, device: str = "CPU", *, optimize: bool = True, base_dir: str | None = None,
+                **kwargs: Any) -> PreparedModel:
+        """model: ModelProto, path, bytes or binary file."""
+        _check_device(device)
+        return PreparedModel(loader.load(model, base_dir), optimize=optimize)
+
+    @classmethod
+    def run_model(cls, model, inputs: Any, device: str = "CPU", **kwargs: Any):
+        return cls.prepare(model, device, **kwargs).run(inputs)
+
+    @classmethod
+    def run_node(cls, node: onnx.NodeProto, inputs: Any, device: str = "CPU", outputs_info=None,
+                 *, opset_version: int | None = None, **kwargs: Any):
+        """Run one NodeProto on numpy inputs (list in node input order, or dict by name)."""
+        _check_device(device)
+        ctx = loader._Context(None)
+        n: Node = ctx.node(node, 0)
+        names = [x for x in n.inputs if x]
+        if not isinstance(inputs, dict):
+            inputs = dict(zip(names, inputs))
+        graph = Graph(name="run_node", nodes=[n], inputs=[ValueInfo(x, None) for x in names],
+                      outputs=[ValueInfo(x, None) for x in n.outputs if x], initializers={})
+        opsets = dict.fromkeys(("", "ai.onnx.ml", "ai.onnx.preview.training"), None)
+        for d in opsets:
+            opsets[d] = onnx.defs.onnx_opset_version() if d == "" else _max_version(d)
+        if opset_version is not None:
+            opsets[n.domain] = opset_version
+        model = Model(graph=graph, opsets=opsets, ir_version=onnx.IR_VERSION)
+        return PreparedModel(model).run(inputs)
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        return str(device).upper().split(":")[0] == "CPU"
+
+
+@functools.lru_cache(maxsize=None)
+def _max_version(domain: str) -> int:
+    return max((s.since_version for s in onnx.defs.get_all_schemas_with_history() if s.domain == domain),
+               default=1)
+
+
+def _check_device(device: str) -> None:
+    if not Backend.supports_device(device):
+        from .errors import OnnxMiniError
+        raise OnnxMiniError(f"device {device!r} is not supported: onnx_mini runs on CPU only")
+
+
+prepare = Backend.prepare
+run_model = Backend.run_model
+run_node = Backend.run_node
+supports_device = Backend.supports_device
+is_compatible = Backend.is_compatible

@@ -1,0 +1,219 @@
+"""TensorProto element types <-> numpy/ml_dtypes, and TensorProto <-> numpy arrays.
+
+This is the only module that knows how ONNX stores tensor bytes: typed fields, raw_data (little
+endian), and the packed sub-byte types (4-bit: int4/uint4/float4e2m1, 2-bit: int2/uint2, 6-bit:
+float6e2m3/float6e3m2), all packed as an LSB-first bit stream. External data arrives here as bytes
+already read by the loader, which owns the path-safety rules.
+"""
+from __future__ import annotations
+
+import math
+import sys
+
+import ml_dtypes
+import numpy as np
+from onnx import TensorProto
+
+from .errors import ModelLoadError
+
+_T = TensorProto
+_ML = {
+    _T.BFLOAT16: "bfloat16",
+    _T.FLOAT8E4M3FN: "float8_e4m3fn",
+    _T.FLOAT8E4M3FNUZ: "float8_e4m3fnuz",
+    _T.FLOAT8E5M2: "float8_e5m2",
+    _T.FLOAT8E5M2FNUZ: "float8_e5m2fnuz",
+    _T.UINT4: "uint4",
+    _T.INT4: "int4",
+    _T.FLOAT4E2M1: "float4_e2m1fn",
+    _T.FLOAT8E8M0: "float8_e8m0fnu",
+    _T.UINT2: "uint2",
+    _T.INT2: "int2",
+}
+# FLOAT6 types exist only in recent onnx/ml_dtypes; register them when both know them.
+for _name, _ml in (("FLOAT6E2M3", "float6_e2m3fn"), ("FLOAT6E3M2", "float6_e3m2fn")):
+    if hasattr(_T, _name) and hasattr(ml_dtypes, _ml):
+        _ML[getattr(_T, _name)] = _ml
+
+#: element type -> numpy dtype, for every type this installation can represent.
+NP_DTYPE: dict[int, np.dtype] = {
+    _T.FLOAT: np.dtype(np.float32),
+    _T.UINT8: np.dtype(np.uint8),
+    _T.INT8: np.dtype(np.int8),
+    _T.UINT16: np.dtype(np.uint16),
+    _T.INT16: np.dtype(np.int16),
+    _T.INT32: np.dtype(np.int32),
+    _T.INT64: np.dtype(np.int64),
+    _T.STRING: np.dtype(object),
+    _T.BOOL: np.dtype(np.bool_),
+    _T.FLOAT16: np.dtype(np.float16),
+    _T.DOUBLE: np.dtype(np.float64),
+    _T.UINT32: np.dtype(np.uint32),
+    _T.UINT64: np.dtype(np.uint64),
+    _T.COMPLEX64: np.dtype(np.complex64),
+    _T.COMPLEX128: np.dtype(np.complex128),
+    **{k: np.dtype(getattr(ml_dtypes, v)) for k, v in _ML.items()},
+}
+ELEM_TYPE: dict[np.dtype, int] = {v: k for k, v in NP_DTYPE.items()}
+
+#: bits per element of the packed sub-byte types.
+PACKED_BITS: dict[int, int] = {
+    k: b for k, b in (
+        (_T.UINT4, 4), (_T.INT4, 4), (_T.FLOAT4E2M1, 4), (_T.UINT2, 2), (_T.INT2, 2),
+        (getattr(_T, "FLOAT6E2M3", -1), 6), (getattr(_T, "FLOAT6E3M2", -2), 6),
+    ) if k in NP_DTYPE
+}
+_SIGNED_PACKED = {_T.INT4, _T.INT2}
+# Types whose int32_data entries are bit patterns (one element each), not values.
+_BIT_PATTERN = {_T.FLOAT16, _T.BFLOAT16, _T.FLOAT8E4M3FN, _T.FLOAT8E4M3FNUZ, _T.FLOAT8E5M2,
+                _T.FLOAT8E5M2FNUZ, _T.FLOAT8E8M0} | {k for k, b in PACKED_BITS.items() if b == 6}
+
+# Which typed field holds each element type, and how its values map onto the numpy dtype.
+_FIELD = {
+    _T.FLOAT: "float_data", _T.COMPLEX64: "float_data",
+    _T.DOUBLE: "double_data", _T.COMPLEX128: "double_data",
+    _T.INT64: "int64_data",
+    _T.UINT32: "uint64_data", _T.UINT64: "uint64_data",
+    _T.STRING: "string_data",
+}
+
+
+def type_name(elem_type: int) -> str:
+    try:
+        return _T.DataType.Name(elem_type).lower()
+    except ValueError:
+        return f"<unknown element type {elem_type}>"
+
+
+def np_dtype(elem_type: int) -> np.dtype:
+    """The numpy dtype for a TensorProto element type; ModelLoadError if unknown."""
+    try:
+        return NP_DTYPE[elem_type]
+    except KeyError:
+        raise ModelLoadError(f"unsupported tensor element type {elem_type} ({type_name(elem_type)})") from None
+
+
+def elem_type(dtype) -> int:
+    """The TensorProto element type of a numpy dtype (str/bytes arrays map to STRING)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "USO":
+        return _T.STRING
+    try:
+        return ELEM_TYPE[dtype]
+    except KeyError:
+        raise ModelLoadError(f"numpy dtype {dtype} has no ONNX element type") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Sub-byte packing: element i occupies bits [i*b, (i+1)*b) of the little-endian bit stream.
+
+def unpack_bits(packed: np.ndarray, bits: int, count: int, signed: bool) -> np.ndarray:
+    """Unpack `count` codes of `bits` bits each from uint8 bytes; returns uint8 (or int8) codes."""
+    need = math.ceil(count * bits / 8)
+    if packed.size < need:
+        raise ModelLoadError(f"packed {bits}-bit data has {packed.size} bytes, {need} needed for {count} values")
+    stream = np.unpackbits(packed[:need], bitorder="little")[: count * bits].reshape(count, bits)
+    codes = np.packbits(stream, axis=1, bitorder="little").reshape(count)
+    if signed:  # sign-extend two's complement codes into int8
+        codes = ((codes.astype(np.int16) ^ (1 << (bits - 1))) - (1 << (bits - 1))).astype(np.int8)
+    return codes
+
+
+def pack_bits(codes: np.ndarray, bits: int) -> np.ndarray:
+    """Inverse of unpack_bits: the low `bits` bits of each code into a packed uint8 stream."""
+    flat = np.ascontiguousarray(codes).reshape(-1).view(np.uint8)
+    stream = np.unpackbits(flat.reshape(-1, 1), axis=1, bitorder="little")[:, :bits]
+    return np.packbits(stream.reshape(-1), bitorder="little")
+
+
+def _codes_to_array(codes: np.ndarray, elem: int, dims) -> np.ndarray:
+    dtype = NP_DTYPE[elem]
+    if elem in _SIGNED_PACKED:  # int4/int2 from their integer values
+        return codes.astype(dtype).reshape(dims)
+    return codes.astype(np.uint8).view(dtype).reshape(dims)
+
+
+# ---------------------------------------------------------------------------------------------
+
+def tensor_to_array(t: TensorProto, raw: bytes | None = None) -> np.ndarray:
+    """Decode a TensorProto into a fresh numpy array.
+
+    raw: bytes read from external data by the loader; when given it replaces t.raw_data.
+    """
+    elem = t.data_type
+    dims = tuple(t.dims)
+    if any(d < 0 for d in dims):
+        raise ModelLoadError(f"tensor {t.name!r} has negative dimensions {list(dims)}")
+    count = math.prod(dims)
+    dtype = np_dtype(elem)
+    if raw is None and t.HasField("raw_data"):
+        raw = t.raw_data
+    if raw is not None:
+        if elem == _T.STRING:
+            raise ModelLoadError(f"string tensor {t.name!r} cannot use raw_data")
+        if elem in PACKED_BITS:
+            codes = unpack_bits(np.frombuffer(raw, np.uint8), PACKED_BITS[elem], count, elem in _SIGNED_PACKED)
+            return _codes_to_array(codes, elem, dims)
+        le = dtype.newbyteorder("<") if dtype.itemsize > 1 and dtype.kind in "iufc" else dtype
+        if len(raw) != count * dtype.itemsize:
+            raise ModelLoadError(
+                f"tensor {t.name!r}: raw data has {len(raw)} bytes, shape {list(dims)} of "
+                f"{type_name(elem)} needs {count * dtype.itemsize}")
+        arr = np.frombuffer(raw, dtype=le).astype(dtype, copy=True)
+        return arr.reshape(dims)
+
+    field = _FIELD.get(elem, "int32_data")
+    values = getattr(t, field)
+    if elem == _T.STRING:
+        arr = np.empty(len(values), dtype=object)
+        arr[:] = [_decode(s) for s in values]
+        n_expected = count
+    elif elem in PACKED_BITS and PACKED_BITS[elem] != 6:
+        # int32_data holds one packed byte per entry
+        packed = np.array(values, dtype=np.int64).astype(np.uint8)
+        codes = unpack_bits(packed, PACKED_BITS[elem], count, elem in _SIGNED_PACKED)
+        return _codes_to_array(codes, elem, dims)
+    elif elem in _BIT_PATTERN:
+        bits = np.array(values, dtype=np.int64).astype(np.uint16 if dtype.itemsize == 2 else np.uint8)
+        if elem in PACKED_BITS:  # float6: one 6-bit code per entry
+            bits &= 0x3F
+        arr = bits.view(dtype)
+        n_expected = count
+    elif elem in (_T.COMPLEX64, _T.COMPLEX128):
+        arr = np.array(values, dtype=np.float32 if elem == _T.COMPLEX64 else np.float64).view(dtype)
+        n_expected = count
+    else:
+        arr = np.array(values, dtype=np.uint64 if field == "uint64_data" else None).astype(dtype)
+        n_expected = count
+    if arr.size != n_expected:
+        raise ModelLoadError(
+            f"tensor {t.name!r}: {arr.size} values stored, shape {list(dims)} needs {n_expected}")
+    return arr.reshape(dims)
+
+
+def _decode(s: bytes):
+    try:
+        return s.decode("utf-8")
+    except UnicodeDecodeError:  # binary payloads stay bytes
+        return s
+
+
+def array_to_tensor(arr, name: str = "") -> TensorProto:
+    """Encode a numpy array (any supported dtype, incl. packed sub-byte types) as a TensorProto."""
+    arr = np.asarray(arr)
+    t = TensorProto()
+    t.name = name
+    t.dims.extend(arr.shape)
+    elem = elem_type(arr.dtype)
+    t.data_type = elem
+    if elem == _T.STRING:
+        t.string_data.extend(s if isinstance(s, bytes) else str(s).encode("utf-8") for s in arr.reshape(-1))
+    elif elem in PACKED_BITS:
+        codes = arr.astype(np.int8) if elem in _SIGNED_PACKED else arr.view(np.uint8)
+        t.raw_data = pack_bits(codes, PACKED_BITS[elem]).tobytes()
+    else:
+        a = np.ascontiguousarray(arr)
+        if sys.byteorder == "big" and a.dtype.itemsize > 1:
+            a = a.byteswap()
+        t.raw_data = a.tobytes()
+    return t

@@ -1,0 +1,161 @@
+"""Tensor manipulation and indexing: Identity, Shape, Reshape, GatherElements."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import InvalidValueError
+from ..registry import kernel
+from ._common import normalize_axis
+
+
+def _identity(x):
+    return x
+
+
+@kernel("Identity", since=(1, 13, 14, 16, 19, 21, 23, 24, 25))
+def identity_1():
+    # Tensors, sequences (14+) and optionals (16+) pass through unchanged: no copy.
+    return _identity
+
+
+# -- Shape ---------------------------------------------------------------------------------------
+
+@kernel("Shape", since=(1, 13))
+def shape_1():
+    return lambda data: np.array(data.shape, dtype=np.int64)
+
+
+@kernel("Shape", since=(15, 19, 21, 23, 24, 25))
+def shape_15(*, start=0, end=None):
+    # Python slicing clamps negative/out-of-range bounds to [0, rank] exactly as the spec asks,
+    # and start > end gives an empty shape.
+    span = slice(start, end)
+    return lambda data: np.array(data.shape[span], dtype=np.int64)
+
+
+# -- Reshape -------------------------------------------------------------------------------------
+
+def target_shape(in_shape: tuple, requested, allowzero: bool) -> tuple:
+    """The output shape of Reshape: 0 copies the input dim (unless allowzero), one -1 is inferred."""
+    shape = [int(d) for d in requested]
+    inferred = [i for i, d in enumerate(shape) if d == -1]
+    if len(inferred) > 1:
+        raise InvalidValueError(f"shape {shape} has more than one -1")
+    bad = [d for d in shape if d < -1]
+    if bad:
+        raise InvalidValueError(f"shape {shape} has invalid dimension(s) {bad} (only -1 may be negative)")
+    if allowzero:
+        if inferred and 0 in shape:
+            raise InvalidValueError(f"shape {shape} has both 0 and -1, which allowzero=1 forbids")
+    else:
+        for i, d in enumerate(shape):
+            if d == 0:
+                if i >= len(in_shape):
+                    raise InvalidValueError(f"shape {shape}: 0 at index {i} copies an input dimension, but "
+                                            f"the input {list(in_shape)} has rank {len(in_shape)}")
+                shape[i] = in_shape[i]
+    total = math.prod(in_shape)
+    if inferred:
+        known = math.prod(d for i, d in enumerate(shape) if i != inferred[0])
+        if known == 0:
+            raise InvalidValueError(f"cannot infer the -1 of shape {shape} for input {list(in_shape)}: "
+                                    "the other dimensions multiply to 0")
+        if total % known:
+            raise InvalidValueError(f"cannot reshape input {list(in_shape)} ({total} elements) to {shape}")
+        shape[inferred[0]] = total // known
+    elif math.prod(shape) != total:
+        raise InvalidValueError(f"cannot reshape input {list(in_shape)} ({total} elements) to {shape} "
+                                f"({math.prod(shape)} elements)")
+    return tuple(shape)
+
+
+@kernel("Reshape", since=1)
+def reshape_1(*, shape=None, consumed_inputs=None):
+    if shape is None:
+        raise ValueError("Reshape-1 needs the attribute 'shape'")
+    requested = tuple(shape)
+    return lambda data: data.reshape(target_shape(data.shape, requested, False))
+
+
+@kernel("Reshape", since=(5, 13, 14, 19, 21, 23, 24, 25))
+def reshape_5(*, allowzero=0):
+    allow = bool(allowzero)
+
+    def reshape(data, shape):
+        if shape.dtype != np.int64:
+            raise InvalidValueError(f"the shape input must be int64, got {shape.dtype}")
+        if shape.ndim != 1:
+            raise InvalidValueError(f"the shape input must be 1-D, got shape {list(shape.shape)}")
+        # ndarray.reshape returns a view whenever the layout allows it (always for contiguous data).
+        return data.reshape(target_shape(data.shape, shape.tolist(), allow))
+
+    return reshape
+
+
+# -- GatherElements ------------------------------------------------------------------------------
+
+# Elements per block: temporaries of this size stay in cache, which beats whole-array passes.
+_BLOCK = 65536
+
+
+@kernel("GatherElements", since=(11, 13))
+def gather_elements_11(*, axis=0):
+    def gather_elements(data, indices):
+        return _gather_elements(data, indices, axis)
+    return gather_elements
+
+
+def _gather_elements(data: np.ndarray, indices: np.ndarray, axis: int) -> np.ndarray:
+    r = data.ndim
+    if r < 1:
+        raise InvalidValueError("data must have rank >= 1")
+    if indices.ndim != r:
+        raise InvalidValueError(f"indices must have the rank of data ({r}), got rank {indices.ndim}")
+    if indices.dtype not in (np.int32, np.int64):
+        raise InvalidValueError(f"indices must be int32 or int64, got {indices.dtype}")
+    a = normalize_axis(axis, r)
+    for d in range(r):
+        if d != a and indices.shape[d] > data.shape[d]:
+            raise InvalidValueError(f"indices dimension {d} is {indices.shape[d]}, larger than data's "
+                                    f"{data.shape[d]} (shapes {list(indices.shape)} and {list(data.shape)})")
+    if indices.size == 0:
+        return np.empty(indices.shape, dtype=data.dtype)
+    n = data.shape[a]
+    lo, hi = int(indices.min()), int(indices.max())
+    if lo < -n or hi >= n:
+        bad = lo if lo < -n else hi
+        raise InvalidValueError(f"index {bad} is out of bounds for axis {a} of size {n} "
+                                f"(accepted: [{-n}, {n - 1}])")
+    # Where indices cover less than data on the other axes, gather from that part only.
+    if any(indices.shape[d] != data.shape[d] for d in range(r) if d != a):
+        data = data[tuple(slice(None) if d == a else slice(indices.shape[d]) for d in range(r))]
+    data = np.ascontiguousarray(data)
+    # View data as (P, n, Q) and indices as (P, m, Q); rows are the P*m runs of Q elements.
+    # Flat position of out[p, j, q] is p*n*Q + idx'*Q + q, idx' = idx + n when idx < 0.
+    m = indices.shape[a]
+    q_len = math.prod(data.shape[a + 1:])
+    n_rows = indices.size // q_len
+    idx = np.ascontiguousarray(indices, dtype=np.int64).reshape(n_rows, q_len)
+    flat = data.reshape(-1)
+    out = np.empty((n_rows, q_len), dtype=data.dtype)
+    rows = max(1, _BLOCK // q_len)
+    row_off = (np.arange(n_rows, dtype=np.int64) // m) * (n * q_len)
+    q_off = np.arange(q_len, dtype=np.int64)
+    lin = np.empty((min(rows, n_rows), q_len), dtype=np.int64)
+    neg = np.empty_like(lin)
+    for r0 in range(0, n_rows, rows):
+        r1 = min(n_rows, r0 + rows)
+        block, ln, ng = idx[r0:r1], lin[: r1 - r0], neg[: r1 - r0]
+        np.right_shift(block, 63, out=ng)           # -1 where the index is negative, else 0
+        np.bitwise_and(ng, n * q_len, out=ng)       # ... becomes the +n*Q correction
+        if q_len == 1:
+            np.add(block, ng, out=ln)
+        else:
+            np.multiply(block, q_len, out=ln)
+            np.add(ln, ng, out=ln)
+            np.add(ln, q_off, out=ln)
+        np.add(ln, row_off[r0:r1, None], out=ln)
+        np.take(flat, ln, out=out[r0:r1])
+    return out.reshape(indices.shape)

@@ -1,0 +1,148 @@
+"""Kernels by (domain, op_type, since_version), and resolution of a node's version at prepare time.
+
+A kernel is a factory: it takes the node's attributes as keyword-only arguments carrying the spec's
+defaults and returns the function that runs on numpy values. One factory lists every schema version
+it implements:
+
+    @kernel("Shape", since=(1, 13))
+    def shape_1():
+        return lambda data: np.array(data.shape, dtype=np.int64)
+
+Factory parameters whose names start with "_" are not attributes but facts the planner injects:
+`_n_inputs`/`_n_outputs` (how many the node has, counting omitted optional ones).
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import pkgutil
+from dataclasses import dataclass
+from typing import Callable
+
+import onnx
+import onnx.defs
+
+from .graph import Function, normalize_domain
+from .loader import parse_function
+
+INJECTED = ("_n_inputs", "_n_outputs")
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    factory: Callable
+    op_type: str
+    domain: str
+    since: int
+    attributes: frozenset[str]     # attribute names the factory accepts
+    required: frozenset[str]       # attributes without a default
+    injected: frozenset[str]       # names from INJECTED the factory asks for
+    multi_output: bool             # the kernel's function returns a tuple (one item per output)
+
+
+_KERNELS: dict[tuple[str, str, int], KernelSpec] = {}
+
+
+def kernel(op_type: str, since, domain: str = "", multi_output: bool | None = None):
+    """Register a kernel factory for each listed schema version of (domain, op_type).
+
+    multi_output defaults to what the schema says (more than one output possible); a kernel
+    whose op can have several outputs returns a tuple, otherwise the single value.
+    """
+    versions = (since,) if isinstance(since, int) else tuple(since)
+    domain = normalize_domain(domain)
+
+    def register(factory: Callable) -> Callable:
+        params = inspect.signature(factory).parameters.values()
+        bad = [p.name for p in params if p.kind is not p.KEYWORD_ONLY]
+        if bad:
+            raise TypeError(f"kernel factory {factory.__name__}: parameters {bad} must be keyword-only")
+        attrs = frozenset(p.name for p in params if p.name not in INJECTED)
+        required = frozenset(p.name for p in params if p.default is p.empty and p.name not in INJECTED)
+        injected = frozenset(p.name for p in params if p.name in INJECTED)
+        for v in versions:
+            key = (domain, op_type, v)
+            if key in _KERNELS:
+                raise ValueError(f"kernel {key} registered twice")
+            multi = multi_output
+            if multi is None:
+                schema = _schema(op_type, domain, v)
+                multi = schema is not None and schema.max_output > 1
+            _KERNELS[key] = KernelSpec(factory, op_type, domain, v, attrs, required, injected, multi)
+        return factory
+
+    return register
+
+
+_loaded = False
+
+
+def load_all_ops() -> None:
+    """Import every module of onnx_mini.ops so that their @kernel decorators run."""
+    global _loaded
+    if _loaded:
+        return
+    from . import ops
+    for info in pkgutil.walk_packages(ops.__path__, ops.__name__ + "."):
+        importlib.import_module(info.name)
+    _loaded = True
+
+
+def registered() -> dict[tuple[str, str, int], KernelSpec]:
+    load_all_ops()
+    return dict(_KERNELS)
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What runs a node: a kernel, or a function body to inline. version is the schema's since_version."""
+    version: int | None
+    kernel: KernelSpec | None = None
+    function: Function | None = None
+    problem: str = ""              # why neither exists (empty when resolved)
+
+
+def _schema(op_type: str, domain: str, opset: int):
+    try:
+        return onnx.defs.get_schema(op_type, opset, domain)
+    except onnx.defs.SchemaError:
+        return None
+
+
+def resolve(domain: str, op_type: str, opset: int | None) -> Resolution:
+    """Resolve (domain, op_type) at the model's opset for that domain."""
+    load_all_ops()
+    return _resolve(normalize_domain(domain), op_type, opset)
+
+
+@functools.lru_cache(maxsize=None)
+def _resolve(domain: str, op_type: str, opset: int | None) -> Resolution:
+    if opset is None:
+        return Resolution(None, problem=f"the model imports no opset for domain {domain or 'ai.onnx'!r}")
+    if onnx.defs.has(op_type, domain):
+        schema = _schema(op_type, domain, opset)
+        if schema is None:
+            return Resolution(None, problem=f"{op_type} does not exist in opset {opset} of domain "
+                                            f"{domain or 'ai.onnx'!r}")
+        version = schema.since_version
+        spec = _KERNELS.get((domain, op_type, version))
+        if spec is not None:
+            return Resolution(version, kernel=spec)
+        if schema.has_function:
+            body = schema.get_function_with_opset_version(opset)
+            if body:
+                return Resolution(version, function=parse_function(onnx.FunctionProto.FromString(body)))
+        extra = " (its function body depends on input types, not inlined yet)" \
+            if schema.has_context_dependent_function else ""
+        return Resolution(version, problem=f"no kernel for {op_type}-{version}{extra}")
+    # A domain onnx does not know (custom ops): the newest registered version not above the opset.
+    versions = [v for (d, o, v) in _KERNELS if d == domain and o == op_type and v <= opset]
+    if versions:
+        return Resolution(max(versions), kernel=_KERNELS[(domain, op_type, max(versions))])
+    return Resolution(None, problem=f"unknown operator {op_type} in domain {domain or 'ai.onnx'!r}")
+
+
+def supported_ops() -> list[tuple[str, str, int]]:
+    """Every registered (domain, op_type, since_version), sorted."""
+    return sorted(registered())

@@ -1,0 +1,75 @@
+"""An onnxruntime-style InferenceSession over a prepared model.
+
+Any value of the main graph may be requested as an output, not only the declared outputs: a plan
+with those outputs is built once per distinct request and cached.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+from . import dtypes, loader
+from .backend import PreparedModel
+from .executor import execute
+from .graph import TypeInfo, ValueInfo
+from .inputs import bind_inputs
+from .plan import Plan, build_plan
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """Like onnxruntime.NodeArg: name, type string ('tensor(float)'), shape (ints, str or None)."""
+    name: str
+    type: str
+    shape: list | None
+
+
+def _type_string(t: TypeInfo | None) -> str:
+    if t is None:
+        return "unknown"
+    if t.kind in ("tensor", "sparse_tensor"):
+        return f"{t.kind}({_elem(t.elem_type)})"
+    if t.kind == "map":
+        return f"map({_elem(t.key_type)},{_type_string(t.inner)})"
+    return f"{t.kind}({_type_string(t.inner)})"
+
+
+def _elem(e: int) -> str:
+    name = dtypes.type_name(e)
+    return {"float": "float", "double": "double"}.get(name, name)
+
+
+def _arg(v: ValueInfo) -> NodeArg:
+    shape = list(v.type.shape) if v.type is not None and v.type.shape is not None else None
+    return NodeArg(v.name, _type_string(v.type), shape)
+
+
+class InferenceSession:
+    """InferenceSession(model) with model a path, bytes, file object or ModelProto."""
+
+    def __init__(self, model, *, optimize: bool = True, base_dir: str | None = None, **_ignored: Any):
+        self._prepared = PreparedModel(loader.load(model, base_dir), optimize=optimize)
+        self._plans: dict[tuple[str, ...], Plan] = {tuple(self._prepared.plan.output_names): self._prepared.plan}
+
+    @property
+    def prepared(self) -> PreparedModel:
+        return self._prepared
+
+    def get_inputs(self) -> list[NodeArg]:
+        g = self._prepared.model.graph
+        return [_arg(v) for v in g.inputs if v.name not in g.initializers]
+
+    def get_outputs(self) -> list[NodeArg]:
+        return [_arg(v) for v in self._prepared.model.graph.outputs]
+
+    def run(self, output_names: Sequence[str] | None, input_feed: dict, run_options: Any = None) -> list:
+        plan = self._plan_for(tuple(output_names) if output_names else tuple(self._prepared.plan.output_names))
+        return execute(plan, bind_inputs(plan, input_feed))
+
+    def _plan_for(self, names: tuple[str, ...]) -> Plan:
+        plan = self._plans.get(names)
+        if plan is None:
+            m = self._prepared.model
+            g = replace(m.graph, outputs=[ValueInfo(n, None) for n in names])
+            plan = self._plans[names] = build_plan(g, m.opsets, m.functions, optimize=self._prepared.optimize)
+        return plan
