@@ -56,8 +56,8 @@ OPSET = 21
 RUNTIMES = ("onnx_mini", "onnxruntime", "onnx.reference")
 
 # Repetitions (full, quick). Each timed sample lasts at least MIN_SAMPLE seconds (inner loop).
-REPEATS = {"chain": (25, 7), "gather": (15, 5), "reshape": (25, 7)}
-MIN_SAMPLE = {False: 0.02, True: 0.01}
+REPEATS = {"chain": (60, 7), "gather": (40, 5), "reshape": (60, 7)}
+MIN_SAMPLE = {False: 0.05, True: 0.01}
 
 
 # -- timing ---------------------------------------------------------------------------------------
@@ -348,7 +348,10 @@ def case_chain(table: Table, quick: bool, n_nodes: int = 1000) -> None:
     table.add(f"{label}, per run", times)
     table.add(f"{label}, per node", {n: (t / n_nodes if t is not None else None) for n, t in times.items()})
     runner_notes(table, label, runners)
-    print("  setup: " + ", ".join(f"{n} {fmt_time(r.setup_time)}" for n, r in runners.items()))
+    setup = f"{label}: setup (prepare / session / evaluator): " + ", ".join(
+        f"{n} {fmt_time(r.setup_time)}" for n, r in runners.items())
+    print("  " + setup)
+    table.notes.append(setup)
 
     # onnx_mini: split run() into input binding, the executor loop and the kernels themselves.
     mini = runners["onnx_mini"]
@@ -397,7 +400,7 @@ def _chain_breakdown(plan, feeds: dict, n_nodes: int, reps: int, t_run: float | 
     t_bind = measure(lambda: bind_inputs(plan, feeds), reps, min_sample=0.005)
     t_exec = measure_batch(lambda: bind_inputs(plan, feeds), lambda s: execute(plan, s), reps,
                            per_sample=per_sample)
-    t_direct = measure(direct, reps, min_sample=0.02)
+    t_direct = measure(direct, reps, min_sample=MIN_SAMPLE[False])
     overhead = t_exec - t_direct
     by_op: dict[str, list] = {}
     for (fn, args), info in zip(bound, plan.infos):
@@ -412,7 +415,8 @@ def _chain_breakdown(plan, feeds: dict, n_nodes: int, reps: int, t_run: float | 
     lines = [
         f"onnx_mini breakdown (per node, {len(steps)} plan steps): "
         f"run() {fmt_time(t_run / n_nodes if t_run else None)} = "
-        f"execute() {fmt_time(t_exec / n_nodes)} + bind_inputs/outputs {fmt_time((t_run - t_exec) / n_nodes) if t_run else 'n/a'}",
+        f"execute() {fmt_time(t_exec / n_nodes)} + rest (bind_inputs, output tuple; difference of two medians) "
+        f"{fmt_time((t_run - t_exec) / n_nodes) if t_run else 'n/a'}",
         f"  kernels called directly with pre-bound args: {fmt_time(t_direct / n_nodes)}; "
         f"executor overhead = execute() - direct = {fmt_time(overhead / n_nodes)} per node "
         f"({100 * overhead / t_exec:.0f}% of execute())",
@@ -452,6 +456,14 @@ def case_gather(table: Table, quick: bool, n: int = 2048) -> None:
         times = {name: r.time(feeds, reps, min_sample) for name, r in runners.items()}
         table.add(label, times)
         runner_notes(table, label, runners)
+        # onnx_mini (numpy) uses one core; onnxruntime uses all by default. Show its one-thread time too.
+        if ort is not None and runners["onnxruntime"].ok and times["onnxruntime"] is not None:
+            one = Runner("onnxruntime", model, intra_op_num_threads=1)
+            t1 = one.time(feeds, reps, min_sample) if one.try_run(feeds) is not None else None
+            msg = (f"{label}: onnxruntime with intra_op_num_threads=1: {fmt_time(t1)}"
+                   + (f" (onnx_mini/ort = {fmt_ratio(times['onnx_mini'], t1)})" if t1 else ""))
+            print("  " + msg)
+            table.notes.append(msg)
         del runners, outs
         gc.collect()
 

@@ -79,8 +79,13 @@ def reshape_1(*, shape=None, consumed_inputs=None):
     return lambda data: data.reshape(target_shape(data.shape, requested, False))
 
 
-@kernel("Reshape", since=(5, 13, 14, 19, 21, 23, 24, 25))
-def reshape_5(*, allowzero=0):
+@kernel("Reshape", since=(5, 13))
+def reshape_5():
+    return reshape_14(allowzero=0)
+
+
+@kernel("Reshape", since=(14, 19, 21, 23, 24, 25))
+def reshape_14(*, allowzero=0):
     allow = bool(allowzero)
 
     def reshape(data, shape):
