@@ -126,7 +126,8 @@ def fmt_time(t: float | None) -> str:
 def fmt_ratio(a: float | None, b: float | None) -> str:
     if a is None or b is None or b == 0:
         return "n/a"
-    return f"{a / b:.2f}x"
+    r = a / b
+    return f"{r:.1f}x" if r >= 10 else f"{r:.2f}x" if r >= 0.1 else f"{r:.2g}x"
 
 
 def fmt_bytes(n: float | None) -> str:
@@ -152,6 +153,7 @@ class Runner:
     def __init__(self, name: str, model: onnx.ModelProto, **ort_options: Any):
         self.name = name
         self.error = ""
+        self.missing = False       # runtime not importable (said once at the top, not per case)
         self.setup_time: float | None = None
         self.obj: Any = None
         self.call: Callable[[dict], list] | None = None
@@ -180,6 +182,8 @@ class Runner:
                 raise ValueError(name)
             self.setup_time = time.perf_counter() - t0
         except Exception as e:
+            self.missing = (name == "onnxruntime" and ort is None) or (
+                name == "onnx.reference" and ReferenceEvaluator is None)
             self.error = f"setup failed: {short(e)}"
             self.call = None
 
@@ -215,7 +219,7 @@ def check_against(runners: dict[str, Runner], outs: dict[str, list | None], ref_
     """Compare every runtime's outputs to ref_name's with np.array_equal; a mismatch disables timing."""
     base = outs.get(ref_name)
     if base is None:
-        notes.append(f"{label}: no {ref_name} output to check against")
+        notes.append(f"{label}: outputs not cross-checked (no {ref_name} output to compare with)")
         return
     for name, out in outs.items():
         if name == ref_name or out is None:
@@ -292,6 +296,7 @@ def ort_optimized_node_count(model: onnx.ModelProto) -> int | None:
         try:
             so = ort.SessionOptions()
             so.optimized_model_filepath = path
+            so.log_severity_level = 3   # no warning about hardware-specific optimized models
             ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
             return len(onnx.load(path).graph.node)
         except Exception:
@@ -327,7 +332,7 @@ class Table:
 
 def runner_notes(table: Table, label: str, runners: dict[str, Runner]) -> None:
     for name, r in runners.items():
-        if r.error:
+        if r.error and not r.missing:
             table.notes.append(f"{label}: {name} n/a - {r.error}")
 
 

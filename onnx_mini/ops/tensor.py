@@ -93,8 +93,16 @@ def reshape_14(*, allowzero=0):
             raise InvalidValueError(f"the shape input must be int64, got {shape.dtype}")
         if shape.ndim != 1:
             raise InvalidValueError(f"the shape input must be 1-D, got shape {list(shape.shape)}")
+        requested = shape.tolist()
         # ndarray.reshape returns a view whenever the layout allows it (always for contiguous data).
-        return data.reshape(target_shape(data.shape, shape.tolist(), allow))
+        # Without 0 entries (or with allowzero) numpy's own rules are the spec's, so try it first;
+        # target_shape() gives the spec's answer or a precise error otherwise.
+        if (allow or 0 not in requested) and min(requested, default=0) >= -1:
+            try:
+                return data.reshape(requested)
+            except ValueError:
+                pass
+        return data.reshape(target_shape(data.shape, requested, allow))
 
     return reshape
 
@@ -103,6 +111,7 @@ def reshape_14(*, allowzero=0):
 
 # Elements per block: temporaries of this size stay in cache, which beats whole-array passes.
 _BLOCK = 65536
+_SMALL = 4096
 
 
 @kernel("GatherElements", since=(11, 13))
@@ -128,14 +137,21 @@ def _gather_elements(data: np.ndarray, indices: np.ndarray, axis: int) -> np.nda
     if indices.size == 0:
         return np.empty(indices.shape, dtype=data.dtype)
     n = data.shape[a]
+    # Where indices cover less than data on the other axes, gather from that part only.
+    if any(indices.shape[d] != data.shape[d] for d in range(r) if d != a):
+        data = data[tuple(slice(None) if d == a else slice(indices.shape[d]) for d in range(r))]
+    if indices.size <= _SMALL:
+        # Few elements: numpy's fancy indexing already counts negatives from the end and raises
+        # on anything outside [-n, n-1], at a fraction of the fixed cost of the blocked path.
+        try:
+            return np.take_along_axis(data, indices, axis=a)
+        except IndexError:
+            pass  # reported below with the offending value
     lo, hi = int(indices.min()), int(indices.max())
     if lo < -n or hi >= n:
         bad = lo if lo < -n else hi
         raise InvalidValueError(f"index {bad} is out of bounds for axis {a} of size {n} "
                                 f"(accepted: [{-n}, {n - 1}])")
-    # Where indices cover less than data on the other axes, gather from that part only.
-    if any(indices.shape[d] != data.shape[d] for d in range(r) if d != a):
-        data = data[tuple(slice(None) if d == a else slice(indices.shape[d]) for d in range(r))]
     data = np.ascontiguousarray(data)
     # View data as (P, n, Q) and indices as (P, m, Q); rows are the P*m runs of Q elements.
     # Flat position of out[p, j, q] is p*n*Q + idx'*Q + q, idx' = idx + n when idx < 0.
