@@ -469,3 +469,26 @@ def test_run_node(op, version, inputs, attrs, expected):
     before = copy.deepcopy(inputs)
     assert_same(onnx_mini.run_node(node, inputs, opset_version=version)[0], expected)
     assert_same(inputs, before)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_gather_elements_large_blocked_and_threaded(axis):
+    """Large enough for the blocked path split over threads (> 8 blocks of 64K elements)."""
+    rng = np.random.default_rng(axis + 5)
+    data = rng.standard_normal((1100, 620)).astype(np.float32)
+    n = data.shape[axis]
+    indices = rng.integers(-n, n, size=data.shape)
+    out = run("GatherElements", 13, [data, indices], axis=axis)
+    # spec: out[i][j] = data[idx][j] (axis 0) / data[i][idx] (axis 1), idx + n when negative
+    expected = np.take_along_axis(data, np.where(indices < 0, indices + n, indices), axis=axis)
+    np.testing.assert_array_equal(out, expected)
+
+
+def test_parallel_split_covers_every_item_once():
+    from onnx_mini import parallel
+    seen = []
+    parallel.split(lambda a, b: seen.extend(range(a, b)), 103, min_items=4)
+    assert sorted(seen) == list(range(103))
+    seen.clear()
+    parallel.split(lambda a, b: seen.append((a, b)), 3, min_items=4)
+    assert seen == [(0, 3)]

@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 from ..errors import InvalidValueError
+from .. import parallel
 from ..registry import kernel
 from ._common import normalize_axis
 
@@ -153,30 +154,39 @@ def _gather_elements(data: np.ndarray, indices: np.ndarray, axis: int) -> np.nda
         raise InvalidValueError(f"index {bad} is out of bounds for axis {a} of size {n} "
                                 f"(accepted: [{-n}, {n - 1}])")
     data = np.ascontiguousarray(data)
-    # View data as (P, n, Q) and indices as (P, m, Q); rows are the P*m runs of Q elements.
-    # Flat position of out[p, j, q] is p*n*Q + idx'*Q + q, idx' = idx + n when idx < 0.
+    # View data as (P, n, Q) and indices as (P, m, Q). The flat position of out[p, j, q] is
+    # p*n*Q + idx'*Q + q with idx' = idx + n for negative idx. Work goes in blocks of about
+    # _BLOCK elements so that the index temporaries stay in cache.
     m = indices.shape[a]
-    q_len = math.prod(data.shape[a + 1:])
-    n_rows = indices.size // q_len
-    idx = np.ascontiguousarray(indices, dtype=np.int64).reshape(n_rows, q_len)
+    P, Q = math.prod(data.shape[:a]), math.prod(data.shape[a + 1:])
+    nq = n * Q
+    idx = np.ascontiguousarray(indices, dtype=np.int64).reshape(P, m, Q)
     flat = data.reshape(-1)
-    out = np.empty((n_rows, q_len), dtype=data.dtype)
-    rows = max(1, _BLOCK // q_len)
-    row_off = (np.arange(n_rows, dtype=np.int64) // m) * (n * q_len)
-    q_off = np.arange(q_len, dtype=np.int64)
-    lin = np.empty((min(rows, n_rows), q_len), dtype=np.int64)
-    neg = np.empty_like(lin)
-    for r0 in range(0, n_rows, rows):
-        r1 = min(n_rows, r0 + rows)
-        block, ln, ng = idx[r0:r1], lin[: r1 - r0], neg[: r1 - r0]
-        np.right_shift(block, 63, out=ng)           # -1 where the index is negative, else 0
-        np.bitwise_and(ng, n * q_len, out=ng)       # ... becomes the +n*Q correction
-        if q_len == 1:
-            np.add(block, ng, out=ln)
-        else:
-            np.multiply(block, q_len, out=ln)
-            np.add(ln, ng, out=ln)
-            np.add(ln, q_off, out=ln)
-        np.add(ln, row_off[r0:r1, None], out=ln)
-        np.take(flat, ln, out=out[r0:r1])
+    out = np.empty((P, m, Q), dtype=data.dtype)
+    if m * Q <= _BLOCK:
+        bp, bj = _BLOCK // (m * Q), m
+    else:
+        bp, bj = 1, max(1, _BLOCK // Q)
+    bp = min(bp, P)
+    base = (np.arange(bp, dtype=np.int64) * nq)[:, None, None] + np.arange(Q, dtype=np.int64)
+    blocks = [(p0, j0) for p0 in range(0, P, bp) for j0 in range(0, m, bj)]
+
+    def gather_blocks(first: int, stop: int) -> None:
+        lin = np.empty((bp, min(bj, m), Q), dtype=np.int64)
+        neg = np.empty_like(lin)
+        for p0, j0 in blocks[first:stop]:
+            p1, j1 = min(P, p0 + bp), min(m, j0 + bj)
+            src = flat[p0 * nq: p1 * nq]            # the data rows of this block
+            block, ln, ng = idx[p0:p1, j0:j1], lin[: p1 - p0, : j1 - j0], neg[: p1 - p0, : j1 - j0]
+            np.right_shift(block, 63, out=ng)       # -1 where the index is negative, else 0
+            np.bitwise_and(ng, nq, out=ng)          # ... becomes the +n*Q correction
+            if Q == 1:
+                np.add(block, ng, out=ln)
+            else:
+                np.multiply(block, Q, out=ln)
+                np.add(ln, ng, out=ln)
+            np.add(ln, base[: p1 - p0], out=ln)
+            np.take(src, ln, out=out[p0:p1, j0:j1])
+
+    parallel.split(gather_blocks, len(blocks), min_items=4)
     return out.reshape(indices.shape)

@@ -1,0 +1,39 @@
+"""Intra-op parallelism for large kernels.
+
+numpy releases the GIL inside ufunc loops and `take`, so a kernel whose work splits into
+independent blocks can spread them over a small shared thread pool. ONNX_MINI_THREADS caps the
+threads (default: the CPU count; 1 disables it). Kernels stay pure: each part writes its own slice.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+THREADS = max(1, int(os.environ.get("ONNX_MINI_THREADS", os.cpu_count() or 1)))
+_pool: ThreadPoolExecutor | None = None
+_lock = threading.Lock()
+
+
+def _get_pool() -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        with _lock:
+            if _pool is None:
+                _pool = ThreadPoolExecutor(THREADS - 1, thread_name_prefix="onnx_mini")
+    return _pool
+
+
+def split(work: Callable[[int, int], None], n_items: int, min_items: int) -> None:
+    """Call work(start, stop) over contiguous parts of range(n_items), in parallel when there are
+    at least min_items per part; the calling thread does the first part itself."""
+    parts = min(THREADS, n_items // max(1, min_items))
+    if parts <= 1:
+        work(0, n_items)
+        return
+    edges = [n_items * k // parts for k in range(parts + 1)]
+    futures = [_get_pool().submit(work, edges[k], edges[k + 1]) for k in range(1, parts)]
+    work(edges[0], edges[1])
+    for f in futures:
+        f.result()
