@@ -4,7 +4,7 @@ import random
 import numpy as np
 import onnx.defs
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 import onnx_mini
 from onnx_mini import registry
@@ -235,3 +235,13 @@ def test_session_intermediate_outputs():
     assert [i.name for i in sess.get_inputs()] == ["x"] and sess.get_outputs()[0].type == "tensor(float)"
     v0, v2 = sess.run(["v0", "v2"], {"x": np.zeros(2, np.float32)})
     assert v0.tolist() == [1, 1] and v2.tolist() == [3, 3]
+
+
+def test_one_prepared_model_runs_from_many_threads():
+    from concurrent.futures import ThreadPoolExecutor
+    rep = onnx_mini.prepare(chain_model(chain_nodes(50), 50))
+    xs = [np.full(2, k, np.float32) for k in range(40)]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda x: rep.run([x])[0], xs))
+    for k, y in enumerate(results):
+        np.testing.assert_array_equal(y, [k + 50, k + 50])

@@ -11,7 +11,7 @@ import onnx_mini
 from onnx_mini import dtypes, loader
 from onnx_mini.errors import ExternalDataError, ModelLoadError
 
-from helpers import F, I64, model
+from helpers import F, model
 
 
 def add_model(**kw):

@@ -4,7 +4,6 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import numpy as np
 import onnx
 import onnx.defs
 from onnx.backend.base import Backend as _OnnxBackend
@@ -66,8 +65,7 @@ class Backend(_OnnxBackend):
                  *, opset_version: int | None = None, **kwargs: Any):
         """Run one NodeProto on numpy inputs (list in node input order, or dict by name)."""
         _check_device(device)
-        ctx = loader._Context(None)
-        n: Node = ctx.node(node, 0)
+        n: Node = loader.parse_node(node)
         names = [x for x in n.inputs if x]
         if not isinstance(inputs, dict):
             inputs = dict(zip(names, inputs))

@@ -84,6 +84,11 @@ def _opsets(imports) -> dict[str, int]:
     return opsets
 
 
+def parse_node(node: onnx.NodeProto, base_dir: str | None = None) -> Node:
+    """One NodeProto as a Node (used by run_node)."""
+    return _Context(base_dir).node(node, 0)
+
+
 def parse_function(fp: onnx.FunctionProto, ctx: "_Context | None" = None) -> Function:
     ctx = ctx or _Context(None)
     attributes: dict[str, Any] = {a: None for a in fp.attribute}

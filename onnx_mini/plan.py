@@ -16,7 +16,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .errors import (GraphError, InvalidNodeError, KernelError, NodeError, OnnxMiniError,
-                     UnsupportedOperatorError, describe_node)
+                     UnsupportedOperatorError)
 from .graph import AttrRef, Function, Graph, Node, TypeInfo, topo_sort
 from .registry import KernelSpec, resolve
 
@@ -259,6 +259,3 @@ def _bind(node: Node, spec: KernelSpec, opset: int | None) -> Callable:
         raise
     except Exception as e:
         raise fail(str(e) or type(e).__name__) from e
-
-
-__all__ = ["Plan", "StepInfo", "InputSpec", "build_plan", "describe_node"]
