@@ -166,7 +166,7 @@ def tensor_to_array(t: TensorProto, raw: bytes | None = None) -> np.ndarray:
     values = getattr(t, field)
     if elem == _T.STRING:
         arr = np.empty(len(values), dtype=object)
-        arr[:] = [_decode(s) for s in values]
+        arr[:] = [decode_text(s) for s in values]
         n_expected = count
     elif elem in PACKED_BITS and PACKED_BITS[elem] != 6:
         # int32_data holds one packed byte per entry
@@ -191,10 +191,11 @@ def tensor_to_array(t: TensorProto, raw: bytes | None = None) -> np.ndarray:
     return arr.reshape(dims)
 
 
-def _decode(s: bytes):
+def decode_text(s: bytes):
+    """ONNX strings are UTF-8; anything else stays bytes rather than failing."""
     try:
         return s.decode("utf-8")
-    except UnicodeDecodeError:  # binary payloads stay bytes
+    except UnicodeDecodeError:
         return s
 
 

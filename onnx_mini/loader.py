@@ -149,7 +149,7 @@ class _Context:
         if t == A.INT:
             return a.i
         if t == A.STRING:
-            return _text(a.s)
+            return dtypes.decode_text(a.s)
         if t == A.TENSOR:
             return self.tensor(a.t)
         if t == A.GRAPH:
@@ -163,7 +163,7 @@ class _Context:
         if t == A.INTS:
             return list(a.ints)
         if t == A.STRINGS:
-            return [_text(s) for s in a.strings]
+            return [dtypes.decode_text(s) for s in a.strings]
         if t == A.TENSORS:
             return [self.tensor(x) for x in a.tensors]
         if t == A.GRAPHS:
@@ -261,13 +261,6 @@ def type_info(tp: onnx.TypeProto) -> TypeInfo | None:
     if which == "map_type":
         return TypeInfo("map", key_type=tp.map_type.key_type, inner=type_info(tp.map_type.value_type))
     return None
-
-
-def _text(b: bytes):
-    try:
-        return b.decode("utf-8")
-    except UnicodeDecodeError:
-        return b
 
 
 def _guess_attr_type(a: AttributeProto) -> int:
