@@ -56,10 +56,10 @@ class Plan:
     output_names: list[str]
     output_slots: list[int]
     slot_names: list[str] = field(default_factory=list)
+    required_inputs: list[InputSpec] = field(init=False)   # inputs without an initializer default
 
-    @property
-    def required_inputs(self) -> list[InputSpec]:
-        return [i for i in self.inputs if not i.has_default]
+    def __post_init__(self):
+        self.required_inputs = [i for i in self.inputs if not i.has_default]
 
     def kernel_error(self, index: int, values: list, exc: BaseException) -> KernelError:
         info = self.infos[index]

@@ -35,8 +35,7 @@ def _same_type(a, b):
 def binary(ufunc):
     """The kernel function of a numpy-broadcasting binary op that keeps the (shared) input type."""
     def run(a, b):
-        if a.dtype != b.dtype:
-            _same_type(a, b)
+        _same_type(a, b)
         return as_array(ufunc(a, b))
     return run
 
