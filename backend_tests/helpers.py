@@ -1,7 +1,16 @@
-"""Small builders shared by our own tests."""
+"""Small builders shared by our own tests: models, the type matrices of the schemas, exact samples."""
 from __future__ import annotations
 
-from onnx import TensorProto, helper
+import copy
+import math
+
+import ml_dtypes
+import numpy as np
+import onnx.defs
+import pytest
+from onnx import AttributeProto, TensorProto, helper
+
+import onnx_mini
 
 
 def model(nodes, inputs, outputs, initializers=(), opset=21, ir_version=10, **kw):
@@ -16,3 +25,79 @@ def model(nodes, inputs, outputs, initializers=(), opset=21, ir_version=10, **kw
 
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
+
+
+def type_matrix(op: str, versions) -> list:
+    """(version, type name such as 'float' or 'int4') for each tensor type of the first type constraint."""
+    params = []
+    for v in versions:
+        schema = onnx.defs.get_schema(op, v)
+        assert schema.since_version == v
+        names = [t[len("tensor("):-1] for t in schema.type_constraints[0].allowed_type_strs if t.startswith("tensor(")]
+        params += [pytest.param(v, t, id=f"v{v}-{t}") for t in names]
+    return params
+
+
+def np_type(name: str) -> np.dtype:
+    return np.dtype(helper.tensor_dtype_to_np_dtype(getattr(TensorProto, name.upper())))
+
+
+def elem_type(dtype) -> int:
+    return TensorProto.STRING if np.dtype(dtype) == object else helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+
+
+FP4 = [0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.5, -1, -1.5, -2, -3, -4, -6]  # exact in every float type but e8m0
+
+
+def sample(tname: str, shape) -> np.ndarray:
+    """Deterministic values of the given ONNX type, all exactly representable in it."""
+    i = np.arange(math.prod(shape))
+    dt = np_type(tname)
+    if tname == "string":
+        a = np.array([f"s{k}" for k in i], dtype=object)
+    elif tname == "bool":
+        a = i % 3 == 1
+    elif tname.startswith("complex"):
+        a = i + 1j * (i % 3)
+    elif tname.startswith(("int", "uint")):
+        info = ml_dtypes.iinfo(dt)
+        a = int(info.min) + i % min(int(info.max) - int(info.min) + 1, 251)
+    elif tname == "float8e8m0":  # powers of two only (no zero, no sign)
+        a = 2.0 ** (i % 7 - 3)
+    else:
+        a = np.array(FP4)[i % len(FP4)]
+    return np.asarray(a).astype(dt).reshape(shape)
+
+
+def assert_same(got, exp) -> None:
+    """Same container, dtype, shape and values (a list for sequences)."""
+    if isinstance(exp, list):
+        assert isinstance(got, list) and len(got) == len(exp)
+        return [assert_same(g, e) for g, e in zip(got, exp)]
+    assert type(got) is np.ndarray, f"expected an np.ndarray, got {type(got).__name__}"
+    assert got.dtype == exp.dtype, (got.dtype, exp.dtype)
+    assert got.shape == exp.shape, (got.shape, exp.shape)
+    if exp.dtype == object:
+        assert got.tolist() == exp.tolist()
+    elif exp.dtype.kind in "biufc":
+        np.testing.assert_array_equal(got, exp)
+    else:  # ml_dtypes types: compare values as float64
+        np.testing.assert_array_equal(got.astype(np.float64), exp.astype(np.float64))
+
+
+def run_op(op: str, version: int, inputs: list, **attrs):
+    """Build a one-node model at opset `version`, run it on `inputs`, return its single output.
+    Also checks that the caller's inputs are left untouched."""
+    names = [f"in{k}" for k in range(len(inputs))]
+    node = helper.make_node(op, names, ["out"])
+    for k, v in attrs.items():
+        empty_ints = isinstance(v, list) and not v
+        node.attribute.append(helper.make_attribute(k, v, attr_type=AttributeProto.INTS if empty_ints else None))
+    declared = [helper.make_tensor_sequence_value_info(n, elem_type(x[0].dtype), None) if isinstance(x, list)
+                else helper.make_tensor_value_info(n, elem_type(x.dtype), x.shape) for n, x in zip(names, inputs)]
+    graph = helper.make_graph([node], "g", declared, [helper.make_empty_tensor_value_info("out")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", version)], ir_version=10)
+    before = copy.deepcopy(inputs)
+    (out,) = onnx_mini.prepare(model).run(list(inputs))
+    assert_same(inputs, before)
+    return out

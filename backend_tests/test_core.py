@@ -122,23 +122,6 @@ def test_supported_ops_lists_registered_versions():
     assert ("", "Reshape", 14) in ops and ("", "GatherElements", 13) in ops and ("", "Shape", 1) in ops
 
 
-def test_coverage_report(capsys):
-    """Every ai.onnx (op, version) of the installed onnx with neither a kernel nor a function body."""
-    ops = set(onnx_mini.supported_ops())
-    schemas = [s for s in onnx.defs.get_all_schemas_with_history()
-               if s.domain == "" and ("", s.name, s.since_version) not in ops and not s.has_function]
-    missing = sorted((s.name, s.since_version) for s in schemas if not s.has_context_dependent_function)
-    typed_body = sorted((s.name, s.since_version) for s in schemas if s.has_context_dependent_function)
-    total = {(s.name, s.since_version) for s in onnx.defs.get_all_schemas_with_history() if s.domain == ""}
-    with capsys.disabled():
-        print(f"\ncoverage: {len(total) - len(missing) - len(typed_body)}/{len(total)} ai.onnx op versions "
-              f"have a kernel or a function body.\n  type-dependent function body, not inlined yet: "
-              + ", ".join(f"{o}-{v}" for o, v in typed_body)
-              + "\n  neither kernel nor function body: " + ", ".join(f"{o}-{v}" for o, v in missing))
-    for op, v in [("Shape", 1), ("Reshape", 5), ("GatherElements", 11), ("Add", 6), ("Constant", 12)]:
-        assert (op, v) not in missing
-
-
 # -- plan and executor ------------------------------------------------------------------------
 
 def test_constant_subgraph_is_folded_and_intermediates_are_freed():

@@ -1,4 +1,5 @@
-"""Regenerate expected_failures.txt from a run of the official suite (a developer tool, not a test).
+"""Regenerate the strict lists (a developer tool, not a test): expected_failures.txt from a run of
+the official suite, missing_ops.txt (coverage_list.py) and README's operator table from the registry.
 
     .venv/bin/python backend_tests/update_expected_failures.py
 
@@ -45,6 +46,15 @@ def reason_for(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:160]}"
 
 
+def write_readme_table() -> None:
+    import re
+    from onnx_mini.cli import operator_table
+    readme = HERE.parent / "README.md"
+    text = re.sub(r"(<!-- operator-table:start -->\n).*?(\n<!-- operator-table:end -->)",
+                  lambda m: m.group(1) + operator_table() + m.group(2), readme.read_text(), flags=re.S)
+    readme.write_text(text)
+
+
 def main() -> int:
     os.environ["ONNX_MINI_IGNORE_EXPECTED_FAILURES"] = "1"
     collect = _Collect()
@@ -52,7 +62,11 @@ def main() -> int:
                  "--tb=no", "-o", "addopts="], plugins=[collect])
     lines = [f"{name} | {reason}" for name, reason in sorted(collect.failures.items())]
     (HERE / "expected_failures.txt").write_text(HEADER + "\n".join(lines) + "\n")
-    print(f"wrote {len(lines)} entries", file=sys.stderr)
+    print(f"wrote {len(lines)} entries to expected_failures.txt", file=sys.stderr)
+    sys.path.insert(0, str(HERE))
+    import coverage_list
+    print(f"wrote {coverage_list.write()} entries to missing_ops.txt", file=sys.stderr)
+    write_readme_table()
     return 0
 
 

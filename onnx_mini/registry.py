@@ -146,3 +146,35 @@ def _resolve(domain: str, op_type: str, opset: int | None) -> Resolution:
 def supported_ops() -> list[tuple[str, str, int]]:
     """Every registered (domain, op_type, since_version), sorted."""
     return sorted(registered())
+
+
+def uncovered() -> list[tuple[str, str, int, str]]:
+    """Every (domain, op, since_version) onnx defines that cannot run: no kernel, and no function body
+    whose every node resolves (recursively) to a kernel. -> [(domain, op, version, reason)], sorted."""
+    load_all_ops()
+    out = []
+    for s in onnx.defs.get_all_schemas_with_history():
+        domain = normalize_domain(s.domain)
+        if (domain, s.name, s.since_version) in _KERNELS:
+            continue
+        reason = _body_problem(domain, s.name, s.since_version, 0)
+        if reason:
+            out.append((domain, s.name, s.since_version, reason))
+    return sorted(out)
+
+
+def _body_problem(domain: str, op_type: str, version: int, depth: int) -> str:
+    """Why (domain, op_type) at opset `version` cannot run ("" when it can)."""
+    r = _resolve(domain, op_type, version)
+    if r.kernel is not None:
+        return ""
+    if r.function is None:
+        return "no kernel" + (", and its function body depends on input types"
+                              if "depends on input types" in r.problem else "")
+    if depth > 8:
+        return "function body nests too deeply"
+    for node in r.function.nodes:
+        inner = _body_problem(node.domain, node.op_type, r.function.opsets.get(node.domain, version), depth + 1)
+        if inner:
+            return f"function body needs {node.op_type}: {inner}" if depth == 0 else inner
+    return ""

@@ -1,0 +1,3 @@
+"""ai.onnx math operators (onnx/defs/math), one module per kind: elementwise, activations, matmul, ...
+
+registry.load_all_ops walks this package, so a new module here is picked up without an import."""

@@ -1,0 +1,3 @@
+"""ai.onnx tensor operators (onnx/defs/tensor), one module per kind: reshape, gather, cast, ...
+
+registry.load_all_ops walks this package, so a new module here is picked up without an import."""
