@@ -23,6 +23,7 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m pip install -q onnxruntime
 	$(PY) benchmarks/bench_core.py
+	$(PY) benchmarks/bench_ops.py
 
 ops: $(STAMP)
 	$(PY) -m onnx_mini.cli ops
