@@ -1,14 +1,22 @@
-"""Element-wise arithmetic: Add (every version, incl. the legacy broadcast=1/axis form of 1 and 6)."""
+"""Element-wise arithmetic: Add, Sub, Mul, Div, Mod, Pow, Clip, Expand (every version).
+
+Opsets 1-6 of Add/Sub/Mul/Div (and Pow-1) use the legacy `broadcast`/`axis` form; from 7 on,
+numpy multidirectional broadcasting. float16/bfloat16 +, -, *, / use numpy's (and ml_dtypes')
+own loops: they compute each element in float32 and round once, the same result as upcasting the
+whole tensor, and faster. The variadic Max/Min/Sum/Mean live in variadic.py.
+"""
 from __future__ import annotations
 
 import numpy as np
 
+from ...errors import InvalidValueError
 from ...registry import kernel
-from .._common import as_array, legacy_broadcast, same_type
+from .._common import UPCAST, as_array, legacy_broadcast, same_type, upcast
 
 
 def binary(ufunc):
-    """The kernel function of a numpy-broadcasting binary op that keeps the (shared) input type."""
+    """The kernel function of a numpy-broadcasting binary op whose two inputs share one type
+    (`ufunc` is a numpy ufunc or any function of two arrays that broadcasts like one)."""
     def run(a, b):
         same_type(a, b)
         return as_array(ufunc(a, b))
@@ -16,22 +24,215 @@ def binary(ufunc):
 
 
 def legacy_binary(ufunc, broadcast, axis):
+    """Opsets 1-6: B broadcast onto A by the `broadcast`/`axis` attributes (see legacy_broadcast)."""
     def run(a, b):
         same_type(a, b)
         return as_array(ufunc(a, legacy_broadcast(a, b, broadcast, axis)))
     return run
 
 
-@kernel("Add", since=1)
-def add_1(*, broadcast=0, axis=None, consumed_inputs=None):
-    return legacy_binary(np.add, broadcast, axis)
+# -- Add, Sub, Mul -------------------------------------------------------------------------------
+
+def _legacy_versions(op: str, ufunc) -> None:
+    """Register versions 1 (with the ignored consumed_inputs) and 6 of a legacy-broadcast binary op."""
+    @kernel(op, since=1)
+    def v1(*, broadcast=0, axis=None, consumed_inputs=None):
+        return legacy_binary(ufunc, broadcast, axis)
+
+    @kernel(op, since=6)
+    def v6(*, broadcast=0, axis=None):
+        return legacy_binary(ufunc, broadcast, axis)
 
 
-@kernel("Add", since=6)
-def add_6(*, broadcast=0, axis=None):
-    return legacy_binary(np.add, broadcast, axis)
+_legacy_versions("Add", np.add)
+_legacy_versions("Sub", np.subtract)
+_legacy_versions("Mul", np.multiply)
 
 
 @kernel("Add", since=(7, 13, 14))
 def add_7():
     return binary(np.add)
+
+
+@kernel("Sub", since=(7, 13, 14))
+def sub_7():
+    return binary(np.subtract)
+
+
+@kernel("Mul", since=(7, 13, 14))
+def mul_7():
+    return binary(np.multiply)
+
+
+# -- Div -----------------------------------------------------------------------------------------
+
+def _nonzero_divisor(b: np.ndarray) -> None:
+    if not b.all():
+        raise InvalidValueError("integer division by zero")
+
+
+def _divide(a, b):
+    """Float division (IEEE: x/0 is +-inf or NaN); integer division truncates toward zero like C,
+    INT_MIN / -1 wraps to INT_MIN, and an integer division by zero is an error."""
+    if a.dtype.kind not in "iu":
+        return as_array(np.divide(a, b))
+    _nonzero_divisor(b)
+    with np.errstate(over="ignore"):
+        q = as_array(np.floor_divide(a, b))
+        if a.dtype.kind == "i":
+            # floor and truncation differ when the quotient is negative and inexact
+            q += (q < 0) & (q * b != a)
+    return q
+
+
+_legacy_versions("Div", _divide)
+
+
+@kernel("Div", since=(7, 13, 14))
+def div_7():
+    return binary(_divide)
+
+
+# -- Mod -----------------------------------------------------------------------------------------
+
+def _mod(fmod: int, float_floor_mod: bool):
+    """fmod=0: A - floor(A/B)*B (sign of B, np.mod); fmod=1: A - trunc(A/B)*B (sign of A, np.fmod).
+    float_floor_mod: whether fmod=0 is allowed for float inputs (28+; before, the spec requires 1)."""
+    if fmod not in (0, 1):
+        raise ValueError(f"fmod must be 0 or 1, got {fmod}")
+    ufunc = np.fmod if fmod else np.mod
+
+    def run(a, b):
+        same_type(a, b)
+        if a.dtype.kind in "iu":
+            _nonzero_divisor(b)
+            return as_array(ufunc(a, b))
+        if not fmod and not float_floor_mod:
+            raise InvalidValueError(f"Mod with floating-point inputs ({a.dtype}) needs fmod=1 before opset 28")
+        with np.errstate(divide="ignore", invalid="ignore"):   # x mod 0 and inf mod y are NaN
+            return as_array(ufunc(a, b))
+    return run
+
+
+@kernel("Mod", since=(10, 13))
+def mod_10(*, fmod=0):
+    return _mod(fmod, False)
+
+
+@kernel("Mod", since=28)
+def mod_28(*, fmod=0):
+    return _mod(fmod, True)
+
+
+# -- Pow -----------------------------------------------------------------------------------------
+
+def _int_power(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Integer base (int32/int64), integer exponent: computed in int64, wrapping like C; x**-n is
+    1/x**n truncated toward zero: 1 for x == 1, +-1 for x == -1, 0 otherwise (an error for x == 0)."""
+    y64 = y.astype(np.int64, copy=False)
+    x64 = x.astype(np.int64, copy=False)
+    with np.errstate(over="ignore"):
+        neg = y64 < 0
+        if not neg.any():
+            return as_array(np.power(x64, y64)).astype(x.dtype, copy=False)
+        if (neg & (x64 == 0)).any():
+            raise InvalidValueError("integer 0 raised to a negative power")
+        out = np.power(x64, np.where(neg, 0, y64))
+        inv = np.where(x64 == 1, 1, np.where(x64 == -1, 1 - 2 * (y64 & 1), 0))
+        return as_array(np.where(neg, inv, out)).astype(x.dtype, copy=False)
+
+
+def _power(x, y):
+    """Z has X's type; float16/bfloat16 (and mixed float types) computed wider, rounded back once."""
+    dt = x.dtype
+    if dt.kind in "iu":
+        if y.dtype.kind in "iu":
+            return _int_power(x, y)
+        # float exponent: compute in float64, convert back truncating toward zero (C cast)
+        with np.errstate(all="ignore"):
+            return as_array(np.power(x.astype(np.float64), upcast(y))).astype(dt)
+    with np.errstate(all="ignore"):
+        if dt == y.dtype and dt not in UPCAST:
+            return as_array(np.power(x, y))
+        return as_array(np.power(upcast(x), upcast(y))).astype(dt, copy=False)
+
+
+@kernel("Pow", since=1)
+def pow_1(*, broadcast=0, axis=None):
+    return legacy_binary(_power, broadcast, axis)
+
+
+@kernel("Pow", since=7)
+def pow_7():
+    return binary(_power)          # 7: one type T for base and exponent; 12+: exponent of type T1
+
+
+@kernel("Pow", since=(12, 13, 15))
+def pow_12():
+    return _power
+
+
+# -- Clip ----------------------------------------------------------------------------------------
+
+def _clip(x, lo, hi):
+    """Min(hi, Max(x, lo)): NaN propagates, and lo > hi gives hi everywhere."""
+    if lo is not None:
+        x = np.maximum(x, lo)
+    if hi is not None:
+        x = np.minimum(x, hi)
+    return as_array(x)
+
+
+def _clip_attrs(lo, hi):
+    # Absent bounds are numeric_limits<T>::lowest()/max(), i.e. no clipping.
+    def run(x):
+        dt = x.dtype
+        with np.errstate(over="ignore"):   # float16: a bound beyond its range becomes +-inf
+            return _clip(x, None if lo is None else dt.type(lo), None if hi is None else dt.type(hi))
+    return run
+
+
+@kernel("Clip", since=1)
+def clip_1(*, min=None, max=None, consumed_inputs=None):
+    return _clip_attrs(min, max)
+
+
+@kernel("Clip", since=6)
+def clip_6(*, min=None, max=None):
+    return _clip_attrs(min, max)
+
+
+def _bound(x, v, name):
+    if v is None:
+        return None
+    same_type(x, v)
+    if v.size != 1:
+        raise InvalidValueError(f"Clip's {name} must be a scalar, got shape {list(v.shape)}")
+    return v.reshape(())
+
+
+@kernel("Clip", since=(11, 12, 13))
+def clip_11():
+    def run(x, min=None, max=None):
+        return _clip(x, _bound(x, min, "min"), _bound(x, max, "max"))
+    return run
+
+
+# -- Expand --------------------------------------------------------------------------------------
+
+@kernel("Expand", since=(8, 13))
+def expand_8():
+    def run(x, shape):
+        if shape.dtype != np.int64 or shape.ndim != 1:
+            raise InvalidValueError(f"Expand's shape must be a 1-D int64 tensor, got {shape.dtype} "
+                                    f"of shape {list(shape.shape)}")
+        dims = tuple(shape.tolist())
+        if any(d < 0 for d in dims):
+            raise InvalidValueError(f"Expand's shape {list(dims)} has negative dimensions")
+        try:
+            out = np.broadcast_shapes(x.shape, dims)
+        except ValueError:
+            raise InvalidValueError(f"input of shape {list(x.shape)} cannot be broadcast to "
+                                    f"shape {list(dims)}") from None
+        return np.broadcast_to(x, out)      # a read-only view, no copy
+    return run
