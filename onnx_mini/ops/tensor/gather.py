@@ -1,4 +1,4 @@
-"""Indexing operators: GatherElements."""
+"""Indexing operators: Gather, GatherND, GatherElements, and the index checks Scatter* share."""
 from __future__ import annotations
 
 import math
@@ -25,7 +25,9 @@ def gather_elements_11(*, axis=0):
     return gather_elements
 
 
-def _gather_elements(data: np.ndarray, indices: np.ndarray, axis: int) -> np.ndarray:
+def elements_axis(data: np.ndarray, indices: np.ndarray, axis: int) -> int:
+    """The checks GatherElements and ScatterElements share (ranks, index type, indices no larger than
+    data off the axis); returns the normalised axis."""
     r = data.ndim
     if r < 1:
         raise InvalidValueError("data must have rank >= 1")
@@ -38,6 +40,12 @@ def _gather_elements(data: np.ndarray, indices: np.ndarray, axis: int) -> np.nda
         if d != a and indices.shape[d] > data.shape[d]:
             raise InvalidValueError(f"indices dimension {d} is {indices.shape[d]}, larger than data's "
                                     f"{data.shape[d]} (shapes {list(indices.shape)} and {list(data.shape)})")
+    return a
+
+
+def _gather_elements(data: np.ndarray, indices: np.ndarray, axis: int) -> np.ndarray:
+    r = data.ndim
+    a = elements_axis(data, indices, axis)
     if indices.size == 0:
         return np.empty(indices.shape, dtype=data.dtype)
     n = data.shape[a]
@@ -93,3 +101,113 @@ def _gather_elements(data: np.ndarray, indices: np.ndarray, axis: int) -> np.nda
 
     parallel.split(gather_blocks, len(blocks), min_items=4)
     return out.reshape(indices.shape)
+
+
+# -- index checks shared by Gather, GatherND, Scatter* -------------------------------------------
+
+def out_of_bounds(indices: np.ndarray, size: int, where: str) -> InvalidValueError:
+    """The error for indices holding a value outside [-size, size-1], naming the first such value."""
+    flat = indices.reshape(-1)
+    bad = flat[(flat < -size) | (flat >= size)]
+    value = int(bad[0]) if bad.size else int(flat[0])
+    return InvalidValueError(f"index {value} is out of bounds for {where} of size {size} "
+                             f"(accepted: [{-size}, {size - 1}])")
+
+
+def check_index_type(indices: np.ndarray, allowed=(np.int32, np.int64)) -> None:
+    if indices.dtype not in allowed:
+        names = " or ".join(np.dtype(t).name for t in allowed)
+        raise InvalidValueError(f"indices must be {names}, got {indices.dtype}")
+
+
+def normalize_indices(indices: np.ndarray, size: int, where: str) -> np.ndarray:
+    """int64 indices in [0, size-1]: negatives count from the end; anything outside [-size, size-1]
+    is an InvalidValueError naming the value."""
+    idx = indices.astype(np.int64, copy=False)
+    if idx.size:
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo < -size or hi >= size:
+            raise out_of_bounds(idx, size, where)
+        if lo < 0:
+            idx = np.where(idx < 0, idx + size, idx)
+    return idx
+
+
+def nd_linear_indices(indices: np.ndarray, dims: tuple) -> np.ndarray:
+    """indices (..., k) of k-tuples into a block of shape dims (len k) -> int64 row-major linear
+    positions (...), negatives counted from the end of their dimension, bounds checked."""
+    check_index_type(indices, (np.int64,))
+    k = len(dims)
+    if indices.size == 0:
+        return np.zeros(indices.shape[:-1], dtype=np.int64)
+    size = np.array(dims, dtype=np.int64)
+    bad = (indices < -size) | (indices >= size)
+    if bad.any():
+        pos = np.argwhere(bad)[0]
+        j = int(pos[-1])
+        raise InvalidValueError(f"index {int(indices[tuple(pos)])} at position {pos[:-1].tolist()} is out of "
+                                f"bounds for dimension {j} of size {dims[j]} "
+                                f"(accepted: [{-dims[j]}, {dims[j] - 1}])")
+    idx = np.where(indices < 0, indices + size, indices) if indices.min() < 0 else indices
+    if k == 1:
+        return idx[..., 0].astype(np.int64, copy=False)
+    strides = np.ones(k, dtype=np.int64)
+    for j in range(k - 2, -1, -1):
+        strides[j] = strides[j + 1] * dims[j + 1]
+    return idx @ strides
+
+
+# -- Gather --------------------------------------------------------------------------------------
+
+@kernel("Gather", since=(1, 11, 13))
+def gather_1(*, axis=0):
+    def gather(data, indices):
+        if data.ndim < 1:
+            raise InvalidValueError("data must have rank >= 1")
+        check_index_type(indices)
+        a = normalize_axis(axis, data.ndim)
+        try:
+            # take() counts negatives from the end and raises on anything outside [-n, n-1].
+            out = data.take(indices, axis=a)
+        except IndexError:
+            raise out_of_bounds(indices, data.shape[a], f"axis {a}") from None
+        return out if out.__class__ is np.ndarray else np.asarray(out, dtype=data.dtype)
+    return gather
+
+
+# -- GatherND ------------------------------------------------------------------------------------
+
+@kernel("GatherND", since=11)
+def gather_nd_11():
+    return gather_nd_12(batch_dims=0)
+
+
+@kernel("GatherND", since=(12, 13))
+def gather_nd_12(*, batch_dims=0):
+    b = int(batch_dims)
+    if b < 0:
+        raise ValueError(f"batch_dims must be >= 0, got {b}")
+
+    def gather_nd(data, indices):
+        r, q = data.ndim, indices.ndim
+        if r < 1 or q < 1:
+            raise InvalidValueError(f"data and indices must have rank >= 1, got ranks {r} and {q}")
+        if b >= min(q, r):
+            raise InvalidValueError(f"batch_dims {b} must be smaller than the ranks of data ({r}) and "
+                                    f"indices ({q})")
+        if indices.shape[:b] != data.shape[:b]:
+            raise InvalidValueError(f"the first {b} (batch) dimensions of indices {list(indices.shape)} and "
+                                    f"data {list(data.shape)} differ")
+        k = indices.shape[-1]
+        if k > r - b:
+            raise InvalidValueError(f"indices.shape[-1] = {k} exceeds the rank of data minus batch_dims "
+                                    f"({r} - {b})")
+        dims, rest = data.shape[b:b + k], data.shape[b + k:]
+        lin = nd_linear_indices(indices, dims)               # shape batch + middle
+        if b:
+            n_batch, block = math.prod(data.shape[:b]), math.prod(dims)
+            offsets = np.arange(n_batch, dtype=np.int64).reshape(data.shape[:b] + (1,) * (q - 1 - b))
+            lin = lin + offsets * block
+        out = data.reshape((math.prod(data.shape[:b + k]),) + rest).take(lin, axis=0)
+        return out if out.__class__ is np.ndarray else np.asarray(out, dtype=data.dtype)
+    return gather_nd
