@@ -1,0 +1,160 @@
+"""Spec tests for Softmax, LogSoftmax and Hardmax (1, 11, 13).
+
+Versions 1 and 11 coerce the input to 2-D at `axis` and normalise over the flattened trailing part;
+version 13 normalises along one axis. Expected values come from formulas written from the spec in
+float64 (rounded to the tested type), or by hand.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from onnx_mini.errors import KernelError
+
+from helpers import FP4, assert_same, np_type, run_op as run, type_matrix
+from test_ops_ordering import run_outputs
+
+RTOL = {"float16": 2e-3, "bfloat16": 1.6e-2, "float": 1e-6, "double": 1e-13}
+
+
+def assert_close(got, exp, tname):
+    assert type(got) is np.ndarray and got.dtype == exp.dtype and got.shape == exp.shape, \
+        (type(got), got.dtype, exp.dtype, got.shape, exp.shape)
+    np.testing.assert_allclose(got.astype(np.float64), exp.astype(np.float64), rtol=RTOL[tname], atol=1e-7)
+
+
+def softmax_ref(x, axis):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def log_softmax_ref(x, axis):
+    m = x.max(axis=axis, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(axis=axis, keepdims=True))
+
+
+def hardmax_ref(x, axis):
+    """1 at the first maximum of each lane along axis (loops, from the spec text)."""
+    xm = np.moveaxis(x, axis, -1)
+    y = np.zeros_like(xm)
+    for pos in np.ndindex(*xm.shape[:-1]):
+        lane = list(xm[pos])
+        y[pos + (lane.index(max(lane)),)] = 1
+    return np.moveaxis(y, -1, axis)
+
+
+REFS = {"Softmax": softmax_ref, "LogSoftmax": log_softmax_ref, "Hardmax": hardmax_ref}
+
+
+def reference(op, version, x, axis):
+    """The spec's formula on float64 values; versions 1/11 on the [prod(:axis), prod(axis:)] matrix."""
+    x64 = x.astype(np.float64)
+    if version < 13:
+        k = axis % x.ndim
+        y = REFS[op](x64.reshape(math.prod(x.shape[:k]), -1), 1).reshape(x.shape)
+    else:
+        y = REFS[op](x64, axis % x.ndim)
+    return y.astype(x.dtype)
+
+
+def data(tname, shape):
+    i = np.arange(math.prod(shape))
+    return (np.array(FP4)[(i * 7) % len(FP4)]).astype(np_type(tname)).reshape(shape)
+
+
+CASES = [(op, p.values[0], p.values[1]) for op in REFS for p in type_matrix(op, [1, 11, 13])]
+
+
+@pytest.mark.parametrize("op,version,tname", CASES)
+def test_every_type_default_axis(op, version, tname):
+    x = data(tname, (2, 3, 4))
+    got = run(op, version, [x])
+    exp = reference(op, version, x, 1 if version < 13 else -1)
+    if op == "Hardmax":
+        assert_same(got, exp)
+    else:
+        assert_close(got, exp, tname)
+
+
+@pytest.mark.parametrize("op", list(REFS))
+@pytest.mark.parametrize("version", [1, 11, 13])
+@pytest.mark.parametrize("axis", [0, 1, 2, -1, -2, -3])
+def test_axes(op, version, axis):
+    x = data("double", (2, 3, 4)) * 1.25 + np.arange(24).reshape(2, 3, 4) % 3
+    got = run(op, version, [x], axis=axis)
+    exp = reference(op, version, x, axis)
+    assert_close(got, exp, "double")
+
+
+def test_version_11_coerces_to_2d_but_13_uses_one_axis():
+    x = np.array([[[0.0, 1.0], [2.0, 3.0]]], dtype=np.float32)  # shape (1, 2, 2), axis 1
+    e = np.exp(np.arange(4, dtype=np.float64))
+    flat = (e / e.sum()).reshape(1, 2, 2)  # all four values normalised together
+    per_axis = np.stack([e[[0, 2]] / e[[0, 2]].sum(), e[[1, 3]] / e[[1, 3]].sum()], axis=1).reshape(1, 2, 2)
+    for v in (1, 11):
+        np.testing.assert_allclose(run("Softmax", v, [x], axis=1), flat.astype(np.float32), rtol=1e-6)
+        np.testing.assert_allclose(run("LogSoftmax", v, [x], axis=1), np.log(flat).astype(np.float32), rtol=1e-6)
+        assert_same(run("Hardmax", v, [x], axis=1), np.array([[[0, 0], [0, 1]]], np.float32))
+    np.testing.assert_allclose(run("Softmax", 13, [x], axis=1), per_axis.astype(np.float32), rtol=1e-6)
+    assert_same(run("Hardmax", 13, [x], axis=1), np.array([[[0, 0], [1, 1]]], np.float32))
+
+
+def test_default_axis_differs_by_version():
+    x = np.array([[1.0, 2.0], [3.0, 5.0]], dtype=np.float32)
+    assert_same(run("Hardmax", 11, [x]), np.array([[0, 1], [0, 1]], np.float32))    # axis 1: rows
+    assert_same(run("Hardmax", 13, [x]), np.array([[0, 1], [0, 1]], np.float32))    # axis -1: rows
+    assert_same(run("Hardmax", 13, [x], axis=0), np.array([[0, 0], [1, 1]], np.float32))
+
+
+@pytest.mark.parametrize("version", [1, 11, 13])
+def test_hardmax_first_maximum_wins(version):
+    x = np.array([[1, 3, 3], [2, 2, 1], [0, 0, 0]], dtype=np.float32)
+    assert_same(run("Hardmax", version, [x], axis=1),
+                np.array([[0, 1, 0], [1, 0, 0], [1, 0, 0]], np.float32))
+
+
+def test_hardmax_bfloat16():
+    x = np.array([[1.5, -2, 4, 4]], dtype=ml_dtypes.bfloat16)
+    assert_same(run("Hardmax", 13, [x]), np.array([[0, 0, 1, 0]], dtype=ml_dtypes.bfloat16))
+
+
+@pytest.mark.parametrize("version", [1, 11, 13])
+def test_large_numbers_are_stable(version):
+    x = np.array([[1000.0, 1001.0, 1002.0], [-1e30, 0.0, 1e30]], dtype=np.float32)
+    s = run("Softmax", version, [x])
+    l = run("LogSoftmax", version, [x])
+    e = np.exp([-2.0, -1.0, 0.0])
+    np.testing.assert_allclose(s[0], e / e.sum(), rtol=1e-6)
+    np.testing.assert_allclose(l[0], np.log(e / e.sum()), rtol=1e-6)
+    assert_same(s[1], np.array([0, 0, 1], np.float32))
+    assert_same(l[1], np.array([-2e30, -1e30, 0], np.float32))
+
+
+@pytest.mark.parametrize("op", list(REFS))
+@pytest.mark.parametrize("version", [1, 11, 13])
+@pytest.mark.parametrize("shape", [(0, 3), (2, 0), (0,)])
+def test_empty(op, version, shape):
+    x = np.zeros(shape, np.float32)
+    axis = -1
+    assert_same(run(op, version, [x], axis=axis), x)
+
+
+@pytest.mark.parametrize("op", list(REFS))
+@pytest.mark.parametrize("version", [1, 11, 13])
+def test_axis_out_of_range(op, version):
+    x = np.zeros((2, 3), np.float32)
+    with pytest.raises(KernelError, match=re.compile(r"'sm'.*axis 2 is out of range", re.S)):
+        run_outputs(op, version, [x], name="sm", axis=2)
+    with pytest.raises(KernelError, match="axis -3"):
+        run(op, version, [x], axis=-3)
+
+
+@pytest.mark.parametrize("version", [1, 11, 13])
+def test_nan_propagates(version):
+    x = np.array([[1.0, np.nan, 2.0], [1.0, 2.0, 3.0]], dtype=np.float32)
+    s = run("Softmax", version, [x])
+    assert np.isnan(s[0]).all() and not np.isnan(s[1]).any()

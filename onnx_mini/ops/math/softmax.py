@@ -1,0 +1,81 @@
+"""Softmax family: Softmax, LogSoftmax, Hardmax (every version).
+
+Versions 1 and 11 coerce the input to 2-D at `axis` ([a0*...*a(k-1), ak*...*a(n-1)]) and normalise each
+row of that matrix; version 13 normalises along the one axis. Numerically stable (the max is
+subtracted first); float16/bfloat16 are computed in float32 and rounded back once.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...registry import kernel
+from .._common import UPCAST, normalize_axis, upcast
+
+
+def softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    """exp(x - max) / sum(exp(x - max)) along axis (x a float32/float64 array, axis >= 0)."""
+    if x.size == 0:
+        return np.empty_like(x)
+    e = np.subtract(x, x.max(axis=axis, keepdims=True))
+    np.exp(e, out=e)
+    e /= e.sum(axis=axis, keepdims=True)
+    return e
+
+
+def log_softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    """x - max - log(sum(exp(x - max))) along axis."""
+    if x.size == 0:
+        return np.empty_like(x)
+    shifted = np.subtract(x, x.max(axis=axis, keepdims=True))
+    total = np.exp(shifted).sum(axis=axis, keepdims=True)
+    shifted -= np.log(total, out=total)
+    return shifted
+
+
+def hardmax(x: np.ndarray, axis: int) -> np.ndarray:
+    """1 at the first maximum along axis, 0 elsewhere (same type as x)."""
+    y = np.zeros_like(x)
+    if x.size:
+        np.put_along_axis(y, np.argmax(upcast(x), axis=axis, keepdims=True), 1, axis=axis)
+    return y
+
+
+def _coerced(fn, axis: int, in_f32: bool):
+    """Versions 1/11: fn over the flattened trailing part [a_axis, ..., a_(n-1)] of each leading index."""
+    def run(x):
+        k = normalize_axis(axis, x.ndim)
+        dt = x.dtype
+        x2 = x.reshape(math.prod(x.shape[:k]), math.prod(x.shape[k:]))
+        if in_f32 and dt in UPCAST:
+            return fn(x2.astype(np.float32), 1).astype(dt).reshape(x.shape)
+        return fn(x2, 1).reshape(x.shape)
+    return run
+
+
+def _per_axis(fn, axis: int, in_f32: bool):
+    """Version 13: fn along one axis."""
+    def run(x):
+        k = normalize_axis(axis, x.ndim)
+        dt = x.dtype
+        if in_f32 and dt in UPCAST:
+            return fn(x.astype(np.float32), k).astype(dt)
+        return fn(x, k)
+    return run
+
+
+def _register(op: str, fn, in_f32: bool) -> None:
+    """op-1/11 (2-D coercion, axis default 1) and op-13 (one axis, default -1) of one of the family."""
+    @kernel(op, since=(1, 11))
+    def coerced(*, axis=1):
+        return _coerced(fn, axis, in_f32)
+
+    @kernel(op, since=13)
+    def per_axis(*, axis=-1):
+        return _per_axis(fn, axis, in_f32)
+
+
+_register("Softmax", softmax, True)
+_register("LogSoftmax", log_softmax, True)
+_register("Hardmax", hardmax, False)  # argmax needs no float32 copy of the result (see hardmax)
