@@ -1,4 +1,5 @@
-"""Shape-only tensor operators: Identity, Shape, Reshape (views, never copies)."""
+"""Shape and layout operators: Identity, Shape, Reshape, Squeeze, Unsqueeze, Transpose, Size (views,
+never copies), and DepthToSpace / SpaceToDepth (a reshape-transpose-reshape copy)."""
 from __future__ import annotations
 
 import math
@@ -104,3 +105,160 @@ def reshape_14(*, allowzero=0):
         return data.reshape(target_shape(data.shape, requested, allow))
 
     return reshape
+
+
+# -- helpers shared with slicing.py / select.py ---------------------------------------------------
+
+def int_list(values, what: str) -> list[int]:
+    """A 1-D (or scalar) integer tensor, or an attribute list, as a list of Python ints."""
+    if isinstance(values, np.ndarray):
+        if values.dtype.kind not in "iu":
+            raise InvalidValueError(f"{what} must be an integer tensor, got {values.dtype}")
+        if values.ndim > 1:
+            raise InvalidValueError(f"{what} must be 1-D, got shape {list(values.shape)}")
+        return values.reshape(-1).tolist()
+    return [int(v) for v in values]
+
+
+def normalize_axes(axes, rank: int, what: str = "axes") -> list[int]:
+    """Each axis of `axes` mapped into [0, rank-1] (negative ones count from the back);
+    InvalidValueError for an axis out of [-rank, rank-1] or a repeated one."""
+    out = []
+    for a in axes:
+        if not -rank <= a < rank:
+            raise InvalidValueError(f"{what} {list(axes)}: axis {a} is out of range for rank {rank} "
+                                    f"(accepted: [{-rank}, {rank - 1}])")
+        out.append(a + rank if a < 0 else a)
+    if len(set(out)) != len(out):
+        raise InvalidValueError(f"{what} {list(axes)} repeat an axis")
+    return out
+
+
+# -- Squeeze / Unsqueeze -------------------------------------------------------------------------
+
+def squeeze(data: np.ndarray, axes) -> np.ndarray:
+    """Remove the listed size-1 dims (all size-1 dims when axes is None; none when it is empty, as
+    onnx's shape inference reads the spec); a view."""
+    if axes is None:
+        return data.reshape([d for d in data.shape if d != 1])
+    ax = normalize_axes(axes, data.ndim)
+    bad = [a for a in ax if data.shape[a] != 1]
+    if bad:
+        raise InvalidValueError(f"cannot squeeze axes {bad} of shape {list(data.shape)}: "
+                                "their size is not 1")
+    return np.squeeze(data, axis=tuple(ax))
+
+
+def unsqueeze(data: np.ndarray, axes) -> np.ndarray:
+    """Insert size-1 dims at the listed positions of the output; a view."""
+    out_rank = data.ndim + len(axes)
+    ax = set(normalize_axes(axes, out_rank))
+    dims = iter(data.shape)
+    return data.reshape([1 if k in ax else next(dims) for k in range(out_rank)])
+
+
+@kernel("Squeeze", since=(1, 11))
+def squeeze_1(*, axes=None):
+    axes = None if axes is None else list(axes)
+    return lambda data: squeeze(data, axes)
+
+
+@kernel("Squeeze", since=(13, 21, 23, 24, 25))
+def squeeze_13():
+    def run(data, axes=None):
+        return squeeze(data, None if axes is None else int_list(axes, "axes"))
+    return run
+
+
+@kernel("Unsqueeze", since=(1, 11))
+def unsqueeze_1(*, axes):
+    axes = list(axes)
+    return lambda data: unsqueeze(data, axes)
+
+
+@kernel("Unsqueeze", since=(13, 21, 23, 24, 25))
+def unsqueeze_13():
+    return lambda data, axes: unsqueeze(data, int_list(axes, "axes"))
+
+
+# -- Transpose -----------------------------------------------------------------------------------
+
+@kernel("Transpose", since=(1, 13, 21, 23, 24, 25))
+def transpose_1(*, perm=None):
+    if perm is None:
+        return np.transpose          # reverses the axes; a view
+    perm = [int(p) for p in perm]
+    if sorted(perm) != list(range(len(perm))):
+        raise ValueError(f"perm {perm} is not a permutation of [0, {len(perm) - 1}]")
+
+    def transpose(data):
+        if data.ndim != len(perm):
+            raise InvalidValueError(f"perm {perm} has {len(perm)} entries but the input has rank {data.ndim}")
+        return data.transpose(perm)
+    return transpose
+
+
+# -- DepthToSpace / SpaceToDepth -----------------------------------------------------------------
+
+def _nchw(x: np.ndarray) -> tuple:
+    if x.ndim != 4:
+        raise InvalidValueError(f"the input must be 4-D [N, C, H, W], got shape {list(x.shape)}")
+    return x.shape
+
+
+def _check_block_attrs(blocksize: int, mode: str) -> None:
+    if blocksize < 1:
+        raise ValueError(f"blocksize must be >= 1, got {blocksize}")
+    if mode not in ("DCR", "CRD"):
+        raise ValueError(f"mode must be 'DCR' or 'CRD', got {mode!r}")
+
+
+def depth_to_space(x: np.ndarray, bs: int, mode: str) -> np.ndarray:
+    b, c, h, w = _nchw(x)
+    if c % (bs * bs):
+        raise InvalidValueError(f"channels {c} are not a multiple of blocksize^2 = {bs * bs}")
+    oc = c // (bs * bs)
+    if mode == "DCR":   # channel index = (row * bs + col) * oc + depth
+        tmp = x.reshape(b, bs, bs, oc, h, w).transpose(0, 3, 4, 1, 5, 2)
+    else:               # CRD: channel index = (depth * bs + row) * bs + col
+        tmp = x.reshape(b, oc, bs, bs, h, w).transpose(0, 1, 4, 2, 5, 3)
+    return tmp.reshape(b, oc, h * bs, w * bs)
+
+
+def space_to_depth(x: np.ndarray, bs: int, mode: str) -> np.ndarray:
+    b, c, h, w = _nchw(x)
+    if h % bs or w % bs:
+        raise InvalidValueError(f"height {h} and width {w} must be multiples of blocksize {bs}")
+    tmp = x.reshape(b, c, h // bs, bs, w // bs, bs)
+    # The exact inverse of DepthToSpace in the same mode.
+    tmp = tmp.transpose(0, 3, 5, 1, 2, 4) if mode == "DCR" else tmp.transpose(0, 1, 3, 5, 2, 4)
+    return tmp.reshape(b, c * bs * bs, h // bs, w // bs)
+
+
+@kernel("DepthToSpace", since=1)
+def depth_to_space_1(*, blocksize):
+    return depth_to_space_11(blocksize=blocksize, mode="DCR")
+
+
+@kernel("DepthToSpace", since=(11, 13, 28))
+def depth_to_space_11(*, blocksize, mode="DCR"):
+    _check_block_attrs(blocksize, mode)
+    return lambda x: depth_to_space(x, blocksize, mode)
+
+
+@kernel("SpaceToDepth", since=(1, 13))
+def space_to_depth_1(*, blocksize):
+    return space_to_depth_28(blocksize=blocksize, mode="DCR")
+
+
+@kernel("SpaceToDepth", since=28)
+def space_to_depth_28(*, blocksize, mode="DCR"):
+    _check_block_attrs(blocksize, mode)
+    return lambda x: space_to_depth(x, blocksize, mode)
+
+
+# -- Size ----------------------------------------------------------------------------------------
+
+@kernel("Size", since=(1, 13, 19, 21, 23, 24, 25))
+def size_1():
+    return lambda data: np.array(data.size, dtype=np.int64)

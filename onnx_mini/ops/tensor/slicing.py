@@ -1,0 +1,343 @@
+"""Operators that cut, join or extend tensors: Concat, Split, Slice, Tile, Pad, CenterCropPad.
+
+Split and Slice (and Pad/CenterCropPad when they only crop) return views of their input.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import InvalidValueError
+from ...registry import kernel
+from .._common import normalize_axis
+from .reshape import int_list, normalize_axes
+
+
+def zero_of(dtype: np.dtype) -> np.ndarray:
+    """The 0-d "zero" of a type: 0, False, or the empty string for string (object) tensors."""
+    return np.array("", dtype=object) if dtype == object else np.zeros((), dtype=dtype)
+
+
+# -- Concat --------------------------------------------------------------------------------------
+
+def concat(inputs: tuple, axis: int) -> np.ndarray:
+    if not inputs:
+        raise InvalidValueError("Concat needs at least one input")
+    first = inputs[0]
+    a = normalize_axis(axis, first.ndim)
+    for k, x in enumerate(inputs[1:], 1):
+        if x.dtype != first.dtype:
+            raise InvalidValueError(f"input {k} has type {x.dtype}, input 0 has {first.dtype}")
+        if x.ndim != first.ndim or x.shape[:a] != first.shape[:a] or x.shape[a + 1:] != first.shape[a + 1:]:
+            raise InvalidValueError(f"input {k} of shape {list(x.shape)} does not match input 0 of shape "
+                                    f"{list(first.shape)} outside axis {a}")
+    if len(inputs) == 1:
+        return first
+    return np.concatenate(inputs, axis=a)
+
+
+@kernel("Concat", since=1)
+def concat_1(*, axis=1):
+    return lambda *inputs: concat(inputs, axis)
+
+
+@kernel("Concat", since=(4, 11, 13))
+def concat_4(*, axis):
+    return lambda *inputs: concat(inputs, axis)
+
+
+# -- Split ---------------------------------------------------------------------------------------
+
+def split(x: np.ndarray, axis: int, sizes: list[int]) -> tuple:
+    """Views of x cut along axis into consecutive parts of the given sizes."""
+    a = normalize_axis(axis, x.ndim)
+    lead = (slice(None),) * a
+    out, start = [], 0
+    for s in sizes:
+        out.append(x[lead + (slice(start, start + s),)])
+        start += s
+    return tuple(out)
+
+
+def check_split(split_sizes: list[int], n: int, n_out: int) -> list[int]:
+    if len(split_sizes) != n_out:
+        raise InvalidValueError(f"split {split_sizes} has {len(split_sizes)} entries for {n_out} outputs")
+    if min(split_sizes, default=0) < 0:
+        raise InvalidValueError(f"split {split_sizes} has negative sizes")
+    if sum(split_sizes) != n:
+        raise InvalidValueError(f"split {split_sizes} sums to {sum(split_sizes)}, the split axis has size {n}")
+    return split_sizes
+
+
+def equal_split(n: int, n_out: int) -> list[int]:
+    if n % n_out:
+        raise InvalidValueError(f"the split axis of size {n} cannot be cut into {n_out} equal parts")
+    return [n // n_out] * n_out
+
+
+def _split_axis(x: np.ndarray, axis: int) -> int:
+    if x.ndim == 0:
+        raise InvalidValueError("cannot split a 0-d tensor")
+    return x.shape[normalize_axis(axis, x.ndim)]
+
+
+def _run_split(axis: int, n_out: int, fixed=None):
+    """Split with sizes from the `split` input (when given and not empty), else `fixed`, else equal."""
+    def run(x, split_input=None):
+        n = _split_axis(x, axis)
+        if split_input is not None and split_input.size:
+            sizes = check_split(int_list(split_input, "split"), n, n_out)
+        elif fixed is not None:
+            sizes = check_split(fixed, n, n_out)
+        else:
+            sizes = equal_split(n, n_out)
+        return split(x, axis, sizes)
+    return run
+
+
+@kernel("Split", since=1)
+def split_1(*, axis=0, split=None, _n_outputs):
+    return _run_split(axis, _n_outputs, None if split is None else list(split))
+
+
+@kernel("Split", since=(2, 11))
+def split_2(*, axis=0, split=None, _n_outputs):
+    return _run_split(axis, _n_outputs, None if split is None else list(split))
+
+
+@kernel("Split", since=13)
+def split_13(*, axis=0, _n_outputs):
+    return _run_split(axis, _n_outputs)
+
+
+@kernel("Split", since=18)
+def split_18(*, axis=0, num_outputs=None, _n_outputs):
+    if num_outputs is None:
+        return _run_split(axis, _n_outputs)
+    if num_outputs < 1:
+        raise ValueError(f"num_outputs must be >= 1, got {num_outputs}")
+    if num_outputs != _n_outputs:
+        raise ValueError(f"num_outputs is {num_outputs} but the node has {_n_outputs} outputs")
+
+    def run(x, split_input=None):
+        if split_input is not None:
+            raise InvalidValueError("give either the 'split' input or the 'num_outputs' attribute, not both")
+        n = _split_axis(x, axis)
+        chunk = -(-n // num_outputs)      # ceil: every part but the last has this size
+        last = n - chunk * (num_outputs - 1)
+        if last < 0:
+            raise InvalidValueError(f"an axis of size {n} cannot be split into {num_outputs} parts of size "
+                                    f"{chunk} and a smaller last one")
+        return split(x, axis, [chunk] * (num_outputs - 1) + [last])
+    return run
+
+
+# -- Slice ---------------------------------------------------------------------------------------
+
+def slice_of(dim: int, start: int, end: int, step: int) -> slice:
+    """The spec's effective range: negatives count from the end, then clamp to [0, dim] (step > 0) or
+    start to [0, dim-1] and end to [-1, dim-1] (step < 0); -1 as an end means "before index 0"."""
+    if start < 0:
+        start = max(start + dim, 0)
+    if end < 0:
+        end = max(end + dim, -1)
+    if step > 0:
+        return slice(start if start < dim else dim, (end if end < dim else dim) if end > 0 else 0, step)
+    if start >= dim:
+        start = dim - 1
+    return slice(start, None if end < 0 else (end if end < dim else dim - 1), step)
+
+
+def slice_tensor(data: np.ndarray, starts: list, ends: list, axes, steps) -> np.ndarray:
+    n = len(starts)
+    if axes is None:
+        axes = list(range(n))
+    if steps is None:
+        steps = [1] * n
+    if not len(ends) == len(axes) == len(steps) == n:
+        raise InvalidValueError(f"starts, ends, axes and steps must have the same length, got {len(starts)}, "
+                                f"{len(ends)}, {len(axes)} and {len(steps)}")
+    if not n:
+        return data
+    axes = normalize_axes(axes, data.ndim)
+    if 0 in steps:
+        raise InvalidValueError(f"steps {steps} contain 0")
+    index = [slice(None)] * data.ndim
+    for a, s, e, st in zip(axes, starts, ends, steps):
+        index[a] = slice_of(data.shape[a], s, e, st)
+    return data[tuple(index)]
+
+
+@kernel("Slice", since=1)
+def slice_1(*, starts, ends, axes=None):
+    starts, ends = list(starts), list(ends)
+    axes = None if axes is None else list(axes)
+    return lambda data: slice_tensor(data, starts, ends, axes, None)
+
+
+@kernel("Slice", since=(10, 11, 13))
+def slice_10():
+    def run(data, starts, ends, axes=None, steps=None):
+        return slice_tensor(data, int_list(starts, "starts"), int_list(ends, "ends"),
+                            None if axes is None else int_list(axes, "axes"),
+                            None if steps is None else int_list(steps, "steps"))
+    return run
+
+
+# -- Tile ----------------------------------------------------------------------------------------
+
+def tile(x: np.ndarray, repeats: list[int]) -> np.ndarray:
+    if len(repeats) != x.ndim:
+        raise InvalidValueError(f"repeats {repeats} must have one entry per input dimension ({x.ndim})")
+    if min(repeats, default=0) < 0:
+        raise InvalidValueError(f"repeats {repeats} must be >= 0")
+    # One copy: broadcast a (1, d0, 1, d1, ...) view to (r0, d0, r1, d1, ...) and merge the pairs.
+    pairs = [v for d in x.shape for v in (1, d)]
+    full = [v for r, d in zip(repeats, x.shape) for v in (r, d)]
+    out = np.broadcast_to(x.reshape(pairs), full)
+    return out.reshape([r * d for r, d in zip(repeats, x.shape)])
+
+
+@kernel("Tile", since=1)
+def tile_1():
+    def run(x, tiles, axis):
+        (t,) = int_list(tiles, "tiles")
+        (a,) = int_list(axis, "axis")
+        repeats = [1] * x.ndim
+        repeats[normalize_axis(a, x.ndim)] = t
+        return tile(x, repeats)
+    return run
+
+
+@kernel("Tile", since=(6, 13))
+def tile_6():
+    return lambda x, repeats: tile(x, int_list(repeats, "repeats"))
+
+
+# -- Pad -----------------------------------------------------------------------------------------
+
+def _check_mode(mode: str, modes: tuple) -> None:
+    if mode not in modes:
+        raise ValueError(f"mode {mode!r} is not supported (accepted: {', '.join(modes)})")
+
+
+def pad(data: np.ndarray, pads: list[int], mode: str, value=None, axes=None) -> np.ndarray:
+    """Pad (positive pads) or crop (negative pads) each axis at both ends. Negative pads are applied
+    first, as a crop; the modes then pad the cropped tensor (like onnxruntime)."""
+    r = data.ndim
+    axes = list(range(r)) if axes is None else normalize_axes(axes, r)
+    if len(pads) != 2 * len(axes):
+        raise InvalidValueError(f"pads {pads} must have 2 * {len(axes)} entries (begin and end of each axis)")
+    begin, end = [0] * r, [0] * r
+    for i, a in enumerate(axes):
+        begin[a], end[a] = pads[i], pads[i + len(axes)]
+    crop = []
+    for a, (b, e, d) in enumerate(zip(begin, end, data.shape)):
+        lo, hi = max(-b, 0), d - max(-e, 0)
+        if hi < lo:
+            raise InvalidValueError(f"pads {pads} remove more than the {d} elements of axis {a}")
+        crop.append(slice(lo, hi))
+    x = data[tuple(crop)] if r else data   # 0-d: indexing with () would give a numpy scalar
+    widths = [(max(b, 0), max(e, 0)) for b, e in zip(begin, end)]
+    if not any(b or e for b, e in widths):
+        return x
+    if mode == "constant":
+        if value is None:
+            value = zero_of(x.dtype)
+        out = np.full([d + b + e for d, (b, e) in zip(x.shape, widths)], value, dtype=x.dtype)
+        out[tuple(slice(b, b + d) for d, (b, _) in zip(x.shape, widths))] = x
+        return out
+    for a, ((b, e), d) in enumerate(zip(widths, x.shape)):
+        if (b or e) and d == 0:
+            raise InvalidValueError(f"{mode} mode cannot pad axis {a}, which has no elements")
+    # The spec's modes are numpy.pad's (its reflect example pads 2 on an axis of 2: numpy's repeated
+    # mirroring when pads are not smaller than the axis).
+    return np.pad(x, widths, mode=mode)
+
+
+def _constant_value(value, dtype: np.dtype):
+    if value is None:
+        return None
+    if value.size != 1:
+        raise InvalidValueError(f"constant_value must be a scalar, got shape {list(value.shape)}")
+    if value.dtype != dtype:
+        raise InvalidValueError(f"constant_value has type {value.dtype}, data has {dtype}")
+    return value.reshape(())
+
+
+@kernel("Pad", since=1)
+def pad_1(*, paddings, mode="constant", value=0.0):
+    # `paddings` is laid out like Pad-2's `pads`, [x1_begin, x2_begin, ..., x1_end, x2_end, ...], as the
+    # attribute's text says (onnx PR #268); the doc example [0, 0, 2, 0] predates that layout.
+    _check_mode(mode, ("constant", "reflect", "edge"))
+    paddings = list(paddings)
+    return lambda data: pad(data, paddings, mode, value)
+
+
+@kernel("Pad", since=2)
+def pad_2(*, pads, mode="constant", value=0.0):
+    return pad_1(paddings=pads, mode=mode, value=value)
+
+
+@kernel("Pad", since=(11, 13))
+def pad_11(*, mode="constant"):
+    _check_mode(mode, ("constant", "reflect", "edge"))
+
+    def run(data, pads, constant_value=None):
+        return pad(data, int_list(pads, "pads"), mode, _constant_value(constant_value, data.dtype))
+    return run
+
+
+@kernel("Pad", since=18)
+def pad_18(*, mode="constant"):
+    return _pad_axes(mode, ("constant", "reflect", "edge"))
+
+
+@kernel("Pad", since=(19, 21, 23, 24, 25))
+def pad_19(*, mode="constant"):
+    return _pad_axes(mode, ("constant", "reflect", "edge", "wrap"))
+
+
+def _pad_axes(mode: str, modes: tuple):
+    _check_mode(mode, modes)
+
+    def run(data, pads, constant_value=None, axes=None):
+        return pad(data, int_list(pads, "pads"), mode, _constant_value(constant_value, data.dtype),
+                   None if axes is None else int_list(axes, "axes"))
+    return run
+
+
+# -- CenterCropPad -------------------------------------------------------------------------------
+
+def center_crop_pad(x: np.ndarray, shape: list[int], axes) -> np.ndarray:
+    """Crop each listed axis to a centred window (start rounded down) or zero-pad it to the target
+    size (the odd extra element on the right). A view when nothing is padded."""
+    axes = list(range(x.ndim)) if axes is None else normalize_axes(axes, x.ndim)
+    if len(shape) != len(axes):
+        raise InvalidValueError(f"shape {shape} must have one entry per axis {axes}")
+    src, dst = [slice(None)] * x.ndim, [slice(None)] * x.ndim
+    out_shape = list(x.shape)
+    padded = False
+    for a, t in zip(axes, shape):
+        if t < 0:
+            raise InvalidValueError(f"shape {shape} has a negative size")
+        d = x.shape[a]
+        if d >= t:
+            s = (d - t) // 2
+            src[a] = slice(s, s + t)
+        else:
+            s = (t - d) // 2
+            dst[a] = slice(s, s + d)
+            padded = True
+        out_shape[a] = t
+    y = x[tuple(src)] if x.ndim else x
+    if not padded:
+        return y
+    out = np.full(out_shape, zero_of(x.dtype), dtype=x.dtype)
+    out[tuple(dst)] = y
+    return out
+
+
+@kernel("CenterCropPad", since=18)
+def center_crop_pad_18(*, axes=None):
+    axes = None if axes is None else list(axes)
+    return lambda x, shape: center_crop_pad(x, int_list(shape, "shape"), axes)
