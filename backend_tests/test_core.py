@@ -4,7 +4,7 @@ import random
 import numpy as np
 import onnx.defs
 import pytest
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 import onnx_mini
 from onnx_mini import registry
@@ -98,13 +98,21 @@ def test_unknown_op_domain_and_version_are_reported():
     assert e.value.op_type == "GatherElements" and e.value.opset == 10
 
 
-def test_schema_function_body_is_inlined():
-    # Softsign has no kernel; from opset 22 onnx defines it as a function of Abs/Add/Div/CastLike...
-    # which are not implemented either, so resolution must name the first missing inner op.
-    with pytest.raises(UnsupportedOperatorError) as e:
-        onnx_mini.prepare(model([helper.make_node("Softsign", ["x"], ["y"], name="ss")], [("x", F, [2])],
-                                [("y", F, [2])], opset=22))
-    assert e.value.op_type != "Softsign" and "ss/" in e.value.node
+def test_schema_function_body_is_inlined(monkeypatch):
+    # GreaterOrEqual-12 has a kernel, and a schema body (Greater, Equal, Or): without the kernel,
+    # resolution must inline that body, naming its nodes after the caller.
+    registry.load_all_ops()
+    monkeypatch.delitem(registry._KERNELS, ("", "GreaterOrEqual", 12))
+    registry._resolve.cache_clear()
+    try:
+        rep = onnx_mini.prepare(model([helper.make_node("GreaterOrEqual", ["x", "y"], ["z"], name="ge")],
+                                      [("x", F, [3]), ("y", F, [3])], [("z", TensorProto.BOOL, [3])], opset=12))
+        assert [i.op_type for i in rep.plan.infos] == ["Greater", "Equal", "Or"]
+        assert all(i.name.startswith("ge/") for i in rep.plan.infos)
+        (z,) = rep.run([np.array([1, 2, 3], np.float32), np.array([2, 2, 2], np.float32)])
+        assert z.tolist() == [False, True, True]
+    finally:
+        registry._resolve.cache_clear()
 
 
 def test_model_local_function_is_inlined():

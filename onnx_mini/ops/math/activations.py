@@ -1,0 +1,370 @@
+"""Activations: Celu, Elu, Gelu, HardSigmoid, HardSwish, LeakyRelu, Mish, PRelu, Relu, Selu, Sigmoid,
+Softplus, Softsign, Swish, SwiGLU, ThresholdedRelu (every version).
+
+Many of these have schema function bodies; kernels replace them (a body is several nodes, each a
+full pass and a fresh array). The math is arranged for speed on large tensors:
+- every kernel allocates one or two arrays and works in place on them (a fresh array costs far more
+  than a pass over one), never on an input;
+- selections are min/max formulas, not np.where (slow on a random mask);
+- exp only ever sees non-positive arguments (Sigmoid, Swish, SwiGLU, Elu, Selu, Celu) or is clamped
+  (Mish), so nothing overflows.
+float16/bfloat16 are computed in float32 and rounded back once. Attributes are float32 in ONNX, so the
+defaults are the float32 values of the spec's numbers. Version 1 of several ops carries the legacy
+`consumed_inputs` attribute, accepted and ignored.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...errors import InvalidValueError
+from ...registry import kernel
+from .._common import as_array, float32_compute, same_type
+from .unary import erfc
+
+
+def _f32(v: float) -> float:
+    """The value an ONNX float attribute holding v has."""
+    return float(np.float32(v))
+
+
+# -- helpers shared by several ops ---------------------------------------------------------------
+
+def _exp_linear(alpha: float, scale: float = 1.0, divisor: float | None = None):
+    """x -> scale * (max(x, 0) + alpha * expm1(min(x, 0) / divisor)): Elu (scale 1, no divisor),
+    Selu (scale gamma), Celu (divisor alpha)."""
+    neg_scale = alpha * scale
+
+    def run(x):
+        t = as_array(np.minimum(x, 0))
+        if divisor is not None:
+            np.divide(t, divisor, out=t)
+        np.expm1(t, out=t)
+        t *= neg_scale
+        p = as_array(np.maximum(x, 0))
+        if scale != 1.0:
+            p *= scale
+        t += p
+        return t
+    return float32_compute(run)
+
+
+def _sigmoid(x: np.ndarray, alpha: float = 1.0) -> np.ndarray:
+    """sigmoid(alpha * x) as a new array: (1 if z >= 0 else e) / (1 + e), e = exp(-|z|) <= 1."""
+    if alpha == 1.0:
+        e = as_array(np.abs(x))
+        pos = x >= 0
+    else:
+        e = as_array(np.multiply(x, alpha))
+        pos = e >= 0
+        np.abs(e, out=e)
+    np.negative(e, out=e)
+    np.exp(e, out=e)
+    num = as_array(np.maximum(e, pos))   # 1 where z >= 0 (e <= 1 there), e elsewhere; NaN stays
+    e += 1
+    num /= e
+    return num
+
+
+def _unidirectional(x: np.ndarray, slope: np.ndarray) -> None:
+    """slope must broadcast to x's shape (ONNX unidirectional broadcasting)."""
+    if slope.shape != x.shape:
+        try:
+            shape = np.broadcast_shapes(x.shape, slope.shape)
+        except ValueError:
+            shape = None
+        if shape != x.shape:
+            raise InvalidValueError(f"slope of shape {list(slope.shape)} does not broadcast to X of shape "
+                                    f"{list(x.shape)} (unidirectional broadcasting)")
+
+
+def _prelu_math(x, slope):
+    t = as_array(np.minimum(x, 0))
+    t *= slope
+    t += np.maximum(x, 0)
+    return t
+
+
+_prelu = float32_compute(_prelu_math)
+
+
+# -- Celu, Elu, Selu -------------------------------------------------------------------------------
+
+@kernel("Celu", since=(12, 28))
+def celu_12(*, alpha=1.0):
+    if alpha == 0:
+        raise ValueError("Celu: alpha must not be 0 (the formula divides by it)")
+    return _exp_linear(alpha, divisor=alpha)
+
+
+@kernel("Elu", since=1)
+def elu_1(*, alpha=1.0, consumed_inputs=None):
+    return _exp_linear(alpha)
+
+
+@kernel("Elu", since=(6, 22))
+def elu_6(*, alpha=1.0):
+    return _exp_linear(alpha)
+
+
+@kernel("Selu", since=1)
+def selu_1(*, alpha=_f32(1.6732), gamma=_f32(1.0507), consumed_inputs=None):
+    return _exp_linear(alpha, gamma)
+
+
+@kernel("Selu", since=(6, 22))
+def selu_6(*, alpha=_f32(1.67326319217681884765625), gamma=_f32(1.05070102214813232421875)):
+    return _exp_linear(alpha, gamma)
+
+
+# -- Gelu ------------------------------------------------------------------------------------------
+
+def _gelu_erf(x):
+    """0.5 * x * (1 + erf(x / sqrt(2))), written with erfc to keep precision for negative x."""
+    t = erfc(np.multiply(x, -1.0 / math.sqrt(2.0)))
+    if t.dtype != x.dtype:       # erfc computes in float64 for anything but float32
+        t = t.astype(x.dtype)
+    t *= x
+    t *= 0.5
+    return t
+
+
+def _gelu_tanh(x):
+    """0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))."""
+    t = as_array(np.multiply(x, x))
+    t *= 0.044715
+    t += 1
+    t *= x
+    t *= math.sqrt(2.0 / math.pi)
+    np.tanh(t, out=t)
+    t += 1
+    t *= x
+    t *= 0.5
+    return t
+
+
+@kernel("Gelu", since=20)
+def gelu_20(*, approximate="none"):
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"Gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return float32_compute(_gelu_erf if approximate == "none" else _gelu_tanh)
+
+
+# -- HardSigmoid, HardSwish ------------------------------------------------------------------------
+
+def _hard_sigmoid(alpha: float, beta: float, times_x: bool = False):
+    """max(0, min(1, alpha * x + beta)), times x for HardSwish."""
+    def run(x):
+        t = as_array(np.multiply(x, alpha))
+        t += beta
+        np.minimum(t, 1, out=t)
+        np.maximum(t, 0, out=t)
+        if times_x:
+            t *= x
+        return t
+    return float32_compute(run)
+
+
+@kernel("HardSigmoid", since=1)
+def hard_sigmoid_1(*, alpha=_f32(0.2), beta=0.5, consumed_inputs=None):
+    return _hard_sigmoid(alpha, beta)
+
+
+@kernel("HardSigmoid", since=(6, 22))
+def hard_sigmoid_6(*, alpha=_f32(0.2), beta=0.5):
+    return _hard_sigmoid(alpha, beta)
+
+
+@kernel("HardSwish", since=(14, 22))
+def hard_swish_14():
+    return _hard_sigmoid(1.0 / 6.0, 0.5, times_x=True)
+
+
+# -- LeakyRelu, PRelu, Relu, ThresholdedRelu -------------------------------------------------------
+
+def _leaky_relu(alpha: float):
+    """x if x >= 0 else alpha * x: max(x, alpha*x) when alpha <= 1, min(x, alpha*x) when alpha > 1."""
+    pick = np.maximum if alpha <= 1 else np.minimum
+
+    def run(x):
+        t = as_array(np.multiply(x, alpha))
+        pick(t, x, out=t)
+        return t
+    return float32_compute(run)
+
+
+@kernel("LeakyRelu", since=1)
+def leaky_relu_1(*, alpha=_f32(0.01), consumed_inputs=None):
+    return _leaky_relu(alpha)
+
+
+@kernel("LeakyRelu", since=(6, 16))
+def leaky_relu_6(*, alpha=_f32(0.01)):
+    return _leaky_relu(alpha)
+
+
+def _legacy_slope(x: np.ndarray, slope: np.ndarray) -> np.ndarray:
+    """PRelu-1/6: a one-element slope is shared; a 1-D slope as long as X's dim 1 is one slope per
+    channel (axis 1); anything else must broadcast to X (numpy rules, unidirectional)."""
+    if slope.size == 1:
+        return slope.reshape(())
+    if slope.ndim == 1 and x.ndim >= 2 and slope.shape[0] == x.shape[1]:
+        return slope.reshape((-1,) + (1,) * (x.ndim - 2))
+    _unidirectional(x, slope)
+    return slope
+
+
+def _prelu_legacy(x, slope):
+    same_type(x, slope)
+    return _prelu(x, _legacy_slope(x, slope))
+
+
+@kernel("PRelu", since=1)
+def prelu_1(*, consumed_inputs=None):
+    return _prelu_legacy
+
+
+@kernel("PRelu", since=6)
+def prelu_6():
+    return _prelu_legacy
+
+
+def _prelu_7(x, slope):
+    same_type(x, slope)
+    _unidirectional(x, slope)
+    return _prelu(x, slope)
+
+
+@kernel("PRelu", since=(7, 9, 16))
+def prelu_7():
+    return _prelu_7
+
+
+def _relu(x):
+    return np.maximum(x, 0)
+
+
+_relu_run = float32_compute(_relu)
+
+
+@kernel("Relu", since=1)
+def relu_1(*, consumed_inputs=None):
+    return _relu_run
+
+
+@kernel("Relu", since=(6, 13, 14))
+def relu_6():
+    return _relu_run
+
+
+@kernel("ThresholdedRelu", since=(10, 22))
+def thresholded_relu_10(*, alpha=1.0):
+    """x if x > alpha else 0 (NaN gives 0, as the function body's Where(Less(alpha, x), x, 0))."""
+    if not math.isfinite(alpha):
+        return float32_compute(lambda x: np.where(x > alpha, x, 0))
+    floor = min(alpha, 0.0)
+
+    def run(x):
+        # fmax(x, floor) is x above alpha, finite (NaN -> floor) below; times the 0/1 mask.
+        t = as_array(np.fmax(x, floor))
+        t *= x > alpha
+        if floor != 0:      # alpha < 0: floor * 0 is -0.0 there; make it +0
+            t += 0.0
+        return t
+    return float32_compute(run)
+
+
+# -- Mish, Sigmoid, Softplus, Softsign, Swish, SwiGLU ----------------------------------------------
+
+def _mish(x):
+    """x * tanh(softplus(x)) = x * n(n+2) / (n(n+2) + 2), n = e^x (e^x clamped at e^20, where the
+    ratio is 1 in float64 already)."""
+    n = as_array(np.minimum(x, 20))
+    np.exp(n, out=n)
+    p = n + 2
+    p *= n
+    np.add(p, 2, out=n)
+    p /= n
+    p *= x
+    return p
+
+
+@kernel("Mish", since=(18, 22))
+def mish_18():
+    return float32_compute(_mish)
+
+
+_sigmoid_run = float32_compute(_sigmoid)
+
+
+@kernel("Sigmoid", since=1)
+def sigmoid_1(*, consumed_inputs=None):
+    return _sigmoid_run
+
+
+@kernel("Sigmoid", since=(6, 13))
+def sigmoid_6():
+    return _sigmoid_run
+
+
+def _softplus(x):
+    """log(exp(x) + 1) = max(x, 0) + log1p(exp(-|x|)): exp never overflows. (np.logaddexp(x, 0) is the
+    same formula but much slower, and warns on NaN.)"""
+    t = as_array(np.abs(x))
+    np.negative(t, out=t)
+    np.exp(t, out=t)
+    np.log1p(t, out=t)
+    t += np.maximum(x, 0)
+    return t
+
+
+@kernel("Softplus", since=(1, 22))
+def softplus_1():
+    return float32_compute(_softplus)
+
+
+def _softsign(x):
+    """x / (1 + |x|)."""
+    t = as_array(np.abs(x))
+    t += 1
+    np.divide(x, t, out=t)
+    return t
+
+
+@kernel("Softsign", since=(1, 22))
+def softsign_1():
+    return float32_compute(_softsign)
+
+
+def _swish(alpha: float):
+    def run(x):
+        t = _sigmoid(x, alpha)
+        t *= x
+        return t
+    return run
+
+
+@kernel("Swish", since=24)
+def swish_24(*, alpha=1.0):
+    return float32_compute(_swish(alpha))
+
+
+@kernel("SwiGLU", since=28)
+def swiglu_28(*, alpha=1.0):
+    """Y = Swish_alpha(A) * B; A and B of one shape (no broadcasting)."""
+    swish = _swish(alpha)
+
+    def gated(a, b):
+        t = swish(a)
+        t *= b
+        return t
+    compute = float32_compute(gated)
+
+    def run(a, b):
+        same_type(a, b)
+        if a.shape != b.shape:
+            raise InvalidValueError(f"SwiGLU: A of shape {list(a.shape)} and B of shape {list(b.shape)} "
+                                    f"must have the same shape (no broadcasting)")
+        return compute(a, b)
+    return run
