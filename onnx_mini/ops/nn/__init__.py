@@ -1,0 +1,3 @@
+"""ai.onnx neural-network operators (onnx/defs/nn): conv, pooling, normalization, ...
+
+registry.load_all_ops walks this package, so a new module here is picked up without an import."""

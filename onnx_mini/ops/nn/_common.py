@@ -1,0 +1,83 @@
+"""Geometry shared by convolutions and pools: kernel extents, auto_pad, output sizes, padding."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...errors import InvalidValueError
+
+AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+
+def text(v) -> str:
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def check_auto_pad(auto_pad) -> str:
+    auto_pad = text(auto_pad)
+    if auto_pad not in AUTO_PADS:
+        raise ValueError(f"auto_pad must be one of {', '.join(AUTO_PADS)}, got {auto_pad!r}")
+    return auto_pad
+
+
+def geometry(in_sizes, kernel, strides, dilations, pads, auto_pad: str, ceil_mode: bool = False):
+    """-> (pads_begin, pads_end, out_sizes) for the spatial axes, per the spec of Conv and the pools.
+
+    pads: the explicit `pads` attribute ([begin..., end...]) or None; used with NOTSET only."""
+    r = len(in_sizes)
+    strides = list(strides) if strides else [1] * r
+    dilations = list(dilations) if dilations else [1] * r
+    if len(kernel) != r or len(strides) != r or len(dilations) != r:
+        raise InvalidValueError(f"kernel_shape {list(kernel)}, strides {strides} and dilations {dilations} "
+                                f"must each have one value per spatial axis ({r})")
+    if min(strides, default=1) < 1 or min(dilations, default=1) < 1 or min(kernel, default=1) < 1:
+        raise InvalidValueError(f"kernel_shape {list(kernel)}, strides {strides} and dilations {dilations} "
+                                "must be positive")
+    extent = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        out = [math.ceil(i / s) for i, s in zip(in_sizes, strides)]
+        total = [max(0, (o - 1) * s + e - i) for o, s, e, i in zip(out, strides, extent, in_sizes)]
+        small = [t // 2 for t in total]
+        big = [t - t // 2 for t in total]
+        begin, end = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
+        return begin, end, out
+    if auto_pad == "VALID":
+        begin = end = [0] * r
+    else:
+        p = list(pads) if pads else [0] * (2 * r)
+        if len(p) != 2 * r:
+            raise InvalidValueError(f"pads {p} must have 2 values per spatial axis ({2 * r})")
+        if min(p, default=0) < 0:
+            raise InvalidValueError(f"pads {p} must be >= 0")
+        begin, end = p[:r], p[r:]
+    rnd = math.ceil if ceil_mode else math.floor
+    out = [rnd((i + b + e - x) / s) + 1 for i, b, e, x, s in zip(in_sizes, begin, end, extent, strides)]
+    if ceil_mode:   # the last window must start inside the input or its left padding
+        out = [o - 1 if (o - 1) * s >= i + b else o for o, s, i, b in zip(out, strides, in_sizes, begin)]
+    if min(out, default=1) < 1:
+        raise InvalidValueError(f"the kernel (extent {extent}) does not fit the padded input "
+                                f"{[i + b + e for i, b, e in zip(in_sizes, begin, end)]}")
+    return begin, end, out
+
+
+def pad_spatial(x: np.ndarray, begin, end, value=0) -> np.ndarray:
+    """x with its trailing len(begin) axes padded by `value` (x itself when there is no padding)."""
+    if not any(begin) and not any(end):
+        return x
+    lead = x.ndim - len(begin)
+    out = np.full(x.shape[:lead] + tuple(s + b + e for s, b, e in zip(x.shape[lead:], begin, end)), value,
+                  dtype=x.dtype)
+    out[(slice(None),) * lead + tuple(slice(b, b + s) for b, s in zip(begin, x.shape[lead:]))] = x
+    return out
+
+
+def windows(xp: np.ndarray, kernel, strides, dilations, out_sizes) -> np.ndarray:
+    """A strided view (…, *out_sizes, *kernel) of the padded input xp: window values, no copy."""
+    r = len(kernel)
+    lead = xp.ndim - r
+    st = xp.strides
+    shape = xp.shape[:lead] + tuple(out_sizes) + tuple(kernel)
+    strides_ = st[:lead] + tuple(st[lead + d] * strides[d] for d in range(r)) + \
+        tuple(st[lead + d] * dilations[d] for d in range(r))
+    return np.lib.stride_tricks.as_strided(xp, shape, strides_, writeable=False)
