@@ -79,9 +79,9 @@ def assert_same(got, exp) -> None:
     assert got.shape == exp.shape, (got.shape, exp.shape)
     if exp.dtype == object:
         assert got.tolist() == exp.tolist()
-    elif exp.dtype.kind in "biufc":
+    elif exp.dtype.kind in "biufc" and exp.dtype.type.__module__ == "numpy":
         np.testing.assert_array_equal(got, exp)
-    else:  # ml_dtypes types: compare values as float64
+    else:  # ml_dtypes types (some report kind 'f'): compare values as float64, NaN equal to NaN
         np.testing.assert_array_equal(got.astype(np.float64), exp.astype(np.float64))
 
 
@@ -101,3 +101,52 @@ def run_op(op: str, version: int, inputs: list, **attrs):
     (out,) = onnx_mini.prepare(model).run(list(inputs))
     assert_same(inputs, before)
     return out
+
+
+NODE = "the_node"
+
+
+def run_node(op: str, version: int, inputs: list, n_outputs: int = 1, domain: str = "", **attrs):
+    """Run one node named NODE (= "the_node") at opset `version` of its domain and return its output
+    (a tuple when n_outputs > 1). An input given as None is an omitted optional input; a Python list
+    of arrays is a sequence. Also checks, bit for bit, that the caller's arrays are left untouched."""
+    names = ["" if x is None else f"in{k}" for k, x in enumerate(inputs)]
+    while names and not names[-1]:
+        names.pop()
+    node = helper.make_node(op, names, [f"out{k}" for k in range(n_outputs)], name=NODE, domain=domain)
+    for k, v in attrs.items():
+        empty_ints = isinstance(v, list) and not v
+        node.attribute.append(helper.make_attribute(k, v, attr_type=AttributeProto.INTS if empty_ints else None))
+    declared = [helper.make_tensor_sequence_value_info(n, elem_type(x[0].dtype) if x else TensorProto.FLOAT, None)
+                if isinstance(x, list) else helper.make_tensor_value_info(n, elem_type(x.dtype), x.shape)
+                for n, x in zip(names, inputs) if x is not None]
+    outs = [helper.make_empty_tensor_value_info(f"out{k}") for k in range(n_outputs)]
+    graph = helper.make_graph([node], "g", declared, outs)
+    opsets = [helper.make_opsetid(domain, version)] + ([helper.make_opsetid("", 21)] if domain else [])
+    model = helper.make_model(graph, opset_imports=opsets, ir_version=10)
+    given = [x for x in inputs if x is not None]
+    before = copy.deepcopy(given)
+    result = onnx_mini.prepare(model).run(list(given))
+    for x, b in zip(given, before):
+        for xa, ba in (zip(x, b) if isinstance(x, list) else [(x, b)]):
+            assert xa.dtype == ba.dtype and xa.shape == ba.shape
+            assert xa.tolist() == ba.tolist() if xa.dtype == object else xa.tobytes() == ba.tobytes()
+    return tuple(result) if n_outputs > 1 else result[0]
+
+
+def type_params(op: str, versions, param: str = "T", domain: str = "") -> list:
+    """(version, type name) for every tensor type of the type constraint named `param`, per version."""
+    out = []
+    for v in versions:
+        schema = onnx.defs.get_schema(op, v, domain)
+        assert schema.since_version == v
+        (tc,) = [t for t in schema.type_constraints if t.type_param_str == param]
+        out += [pytest.param(v, t[7:-1], id=f"v{v}-{t[7:-1]}") for t in tc.allowed_type_strs
+                if t.startswith("tensor(")]
+    return out
+
+
+def versions(op: str, domain: str = "") -> list[int]:
+    """Every since_version of (domain, op) in the installed onnx."""
+    return sorted(s.since_version for s in onnx.defs.get_all_schemas_with_history()
+                  if s.name == op and s.domain == domain)
