@@ -1,9 +1,19 @@
-"""Generator operators: Constant (every version)."""
+"""Generator operators: Constant, ConstantOfShape, EyeLike, Range (every version).
+
+allowed_dtypes/dtype_attribute (an element-type attribute checked against the schema's type
+constraint) also serve the window and MelWeightMatrix ops of ops/math/signal.py."""
 from __future__ import annotations
 
-import numpy as np
+import functools
 
+import numpy as np
+import onnx
+import onnx.defs
+
+from ..dtypes import np_dtype, type_name
+from ..errors import InvalidValueError, ModelLoadError
 from ..registry import kernel
+from ._common import UPCAST, as_array
 
 
 def _constant(value: np.ndarray):
@@ -45,3 +55,135 @@ def _strings(values) -> np.ndarray:
     arr = np.empty(len(values), dtype=object)
     arr[:] = list(values)
     return arr
+
+
+# -- type constraints of the schemas ---------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def allowed_dtypes(op: str, version: int, param: str) -> frozenset:
+    """The numpy dtypes of the tensor types the schema of (op, version) allows for type parameter
+    `param`, e.g. allowed_dtypes("EyeLike", 22, "T2"); used to validate dtype attributes."""
+    schema = onnx.defs.get_schema(op, version)
+    (constraint,) = [c for c in schema.type_constraints if c.type_param_str == param]
+    names = [t[len("tensor("):-1] for t in constraint.allowed_type_strs if t.startswith("tensor(")]
+    return frozenset(np_dtype(getattr(onnx.TensorProto, n.upper())) for n in names)
+
+
+def dtype_attribute(value: int, op: str, version: int, param: str, what: str) -> np.dtype:
+    """The numpy dtype of a TensorProto element-type attribute, ValueError when the schema forbids it."""
+    allowed = allowed_dtypes(op, version, param)
+    try:
+        dt = np_dtype(int(value))
+    except ModelLoadError:
+        dt = None
+    if dt not in allowed:
+        raise ValueError(f"{what}={value} ({type_name(int(value))}) is not an allowed output type of "
+                         f"{op}-{version}")
+    return dt
+
+
+# -- ConstantOfShape -------------------------------------------------------------------------------
+
+def shape_input(shape: np.ndarray) -> tuple:
+    """A 1-D int64 shape input whose values must all be >= 0 (empty: a scalar)."""
+    if shape.ndim != 1:
+        raise InvalidValueError(f"the shape input must be 1-D, got shape {list(shape.shape)}")
+    if shape.dtype != np.int64:
+        raise InvalidValueError(f"the shape input must be int64, got {shape.dtype}")
+    dims = tuple(shape.tolist())
+    if any(d < 0 for d in dims):
+        raise InvalidValueError(f"shape {list(dims)} has a negative dimension")
+    return dims
+
+
+def _constant_of_shape(version: int):
+    def constant_of_shape(*, value=None):
+        if value is None:
+            fill = np.zeros((), np.float32)
+        else:
+            value = np.asarray(value)
+            if value.size != 1:
+                raise ValueError(f"value must be a one-element tensor, got shape {list(value.shape)}")
+            if value.dtype not in allowed_dtypes("ConstantOfShape", version, "T2"):
+                raise ValueError(f"value of type {value.dtype} is not allowed by ConstantOfShape-{version}")
+            fill = value.reshape(())
+        return lambda shape: np.full(shape_input(shape), fill, dtype=fill.dtype)
+    constant_of_shape.__name__ = f"constant_of_shape_{version}"
+    return constant_of_shape
+
+
+for _v in (9, 20, 21, 23, 24, 25):
+    kernel("ConstantOfShape", since=_v)(_constant_of_shape(_v))
+
+
+# -- EyeLike ---------------------------------------------------------------------------------------
+
+def eye(rows: int, cols: int, k: int, dtype) -> np.ndarray:
+    """out[i, i + k] = 1, zeros elsewhere (k > 0: an upper diagonal, k < 0: a lower one)."""
+    out = np.zeros((rows, cols), dtype=dtype)
+    count = min(rows, cols - k) if k >= 0 else min(rows + k, cols)
+    if count > 0:
+        start = k if k >= 0 else -k * cols
+        out.reshape(-1)[start:start + count * (cols + 1):cols + 1] = 1
+    return out
+
+
+def _eye_like(version: int):
+    def eye_like(*, dtype=None, k=0):
+        out = None if dtype is None else dtype_attribute(dtype, "EyeLike", version, "T2", "dtype")
+        k = int(k)
+
+        def run(x):
+            if x.ndim != 2:
+                raise InvalidValueError(f"EyeLike needs a 2-D input, got shape {list(x.shape)}")
+            return eye(x.shape[0], x.shape[1], k, x.dtype if out is None else out)
+        return run
+    eye_like.__name__ = f"eye_like_{version}"
+    return eye_like
+
+
+for _v in (9, 22):
+    kernel("EyeLike", since=_v)(_eye_like(_v))
+
+
+# -- Range -----------------------------------------------------------------------------------------
+
+def _scalar(x: np.ndarray, name: str):
+    if x.size != 1 or x.ndim > 1:
+        raise InvalidValueError(f"{name} must be a scalar, got shape {list(x.shape)}")
+    return x.reshape(())
+
+
+def arange(start: np.ndarray, limit: np.ndarray, delta: np.ndarray, compute=None) -> np.ndarray:
+    """Range: max(ceil((limit - start) / delta), 0) elements, output[i] = start + i * delta computed in
+    the input type (or in `compute` for float16/bfloat16 when given), returned in the input type."""
+    start, limit, delta = _scalar(start, "start"), _scalar(limit, "limit"), _scalar(delta, "delta")
+    dt = start.dtype
+    if limit.dtype != dt or delta.dtype != dt:
+        raise InvalidValueError(f"start, limit and delta must have one type, got {dt}, {limit.dtype}, "
+                                f"{delta.dtype}")
+    if dt.kind in "iu":
+        s, lim, d = int(start), int(limit), int(delta)
+        if d == 0:
+            raise InvalidValueError("delta must not be 0")
+        n = max(-((s - lim) // d), 0)   # exact integer ceil((limit - start) / delta)
+        return (np.arange(n, dtype=np.int64) * d + s).astype(dt)
+    ct = compute if compute is not None and dt in UPCAST else dt
+    s, lim, d = start.astype(ct), limit.astype(ct), delta.astype(ct)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        count = np.ceil((lim - s) / d)
+    if not np.isfinite(count):
+        raise InvalidValueError(f"range({start}, {limit}, {delta}) has no finite number of elements")
+    n = max(int(count), 0)
+    return as_array(s + np.arange(n, dtype=ct) * d).astype(dt, copy=False)
+
+
+@kernel("Range", since=11)
+def range_11():
+    return arange
+
+
+@kernel("Range", since=27)
+def range_27(*, stash_type=1):
+    compute = None if int(stash_type) != onnx.TensorProto.FLOAT else np.dtype(np.float32)
+    return lambda start, limit, delta: arange(start, limit, delta, compute)
