@@ -1,0 +1,272 @@
+"""Linear quantization: QuantizeLinear and DequantizeLinear (10-28), DynamicQuantizeLinear (11).
+
+Granularity is read from the scale's shape: per-tensor (a scalar, or any size-1 tensor of rank <= 1),
+per-axis (13+: a 1-D scale along `axis`), blocked (21+: `block_size` > 0, the scale has the input's
+rank with the blocked axis of length ceil(D / block_size)). Arithmetic runs in float32 (the official
+data does); a float16/bfloat16 `precision` (23+, default: the scale's type) makes the division one in
+that type (x, the scale and the quotient rounded to it) before the zero point is added. Likewise
+DequantizeLinear-23+ multiplies in its output type ("the output type also determines the precision of
+the multiplication"); before 23 it computes in float32 and rounds once.
+
+Public helper: quantize_array(q, dtype, zero_point, saturate) rounds/saturates real values to any
+quantized type (integers: round half to even + clip; float8/float4/float6: Cast's saturate rules).
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from ..errors import InvalidValueError
+from ..registry import kernel
+from ._common import as_array, normalize_axis
+from .tensor.cast import (E8M0, FLOAT8_MAX, SUBBYTE_INTS, check_input, schema_dtypes, target_dtype,
+                          to_float8)
+
+_F32 = np.dtype(np.float32)
+_U8 = np.dtype(np.uint8)
+_LOW_PRECISION = frozenset([np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)])
+
+
+def _int_range(dtype: np.dtype, ftype: np.dtype):
+    """The integer type's bounds as `ftype` floats inside the range (float32(2**31 - 1) is 2**31)."""
+    info = ml_dtypes.iinfo(dtype)
+    lo, hi = ftype.type(info.min), ftype.type(info.max)
+    if int(hi) > int(info.max):
+        hi = np.nextafter(hi, ftype.type(0))
+    return lo, hi
+
+
+def quantize_array(q: np.ndarray, dtype, zero_point=None, saturate: bool = True) -> np.ndarray:
+    """Real values q (float32) -> quantized `dtype`, i.e. saturate(round(q) + zero_point).
+
+    Integer types (int8/uint8/int16/uint16/int32/int4/uint4/int2/uint2): round half to even, add the
+    zero point, clip to the type's range. float8 types: q + zero_point converted with Cast's rules
+    (saturate clamps to the largest finite value). float4e2m1/float6: round to nearest even, always
+    saturating. zero_point: None or an array broadcastable to q, of any type.
+    """
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iu" or dtype in SUBBYTE_INTS:
+        y = as_array(np.rint(q))          # a fresh array (0-d inputs give numpy scalars)
+        if zero_point is not None:
+            y += zero_point.astype(_F32)
+        lo, hi = _int_range(dtype, y.dtype)
+        np.clip(y, lo, hi, out=y)
+        with np.errstate(invalid="ignore"):
+            return y.astype(dtype)
+    if zero_point is not None:
+        q = q + zero_point.astype(_F32)
+    if dtype in FLOAT8_MAX:
+        return to_float8(q, dtype, saturate)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.asarray(q.astype(dtype))
+
+
+# -- granularity ---------------------------------------------------------------------------------
+
+def layout(shape: tuple, scale: np.ndarray, zero_point, axis: int, block_size: int, per_axis: bool = True):
+    """How a scale (and zero point of the same shape) applies to an input of `shape`.
+
+    Returns (work_shape, scale, zero_point): the input is reshaped to work_shape (a view) and the two
+    parameters broadcast against it. Blocked quantization with D % block_size == 0 splits the blocked
+    axis into (D / block_size, block_size) instead of repeating the parameters to the input's size.
+    """
+    if zero_point is not None and zero_point.shape != scale.shape and not (
+            zero_point.size == 1 and scale.size == 1 and zero_point.ndim <= 1 and scale.ndim <= 1):
+        raise InvalidValueError(f"zero point of shape {list(zero_point.shape)} must have the scale's shape "
+                                f"{list(scale.shape)}")
+    if scale.ndim <= 1 and scale.size == 1:     # per tensor
+        return shape, scale.reshape(()), None if zero_point is None else zero_point.reshape(())
+    if not per_axis:
+        raise InvalidValueError(f"the scale must be a scalar (per-tensor quantization only in this version), "
+                                f"got shape {list(scale.shape)}")
+    rank = len(shape)
+    if block_size <= 0:
+        if scale.ndim != 1:
+            raise InvalidValueError(f"scale of shape {list(scale.shape)} must be a scalar or a 1-D tensor "
+                                    f"(blocked quantization needs block_size > 0)")
+        ax = normalize_axis(axis, rank)
+        if scale.shape[0] != shape[ax]:
+            raise InvalidValueError(f"scale has {scale.shape[0]} values but the input {list(shape)} has "
+                                    f"{shape[ax]} along axis {axis} (per-axis quantization)")
+        pshape = (-1,) + (1,) * (rank - ax - 1)
+        return shape, scale.reshape(pshape), None if zero_point is None else zero_point.reshape(pshape)
+    if scale.ndim != rank:
+        raise InvalidValueError(f"scale of shape {list(scale.shape)} must have the input's rank {rank} "
+                                f"for blocked quantization")
+    ax = normalize_axis(axis, rank)
+    d = shape[ax]
+    expected = tuple(-(-n // block_size) if i == ax else n for i, n in enumerate(shape))
+    if scale.shape != expected:
+        raise InvalidValueError(f"scale of shape {list(scale.shape)} does not match the input {list(shape)} "
+                                f"with block_size={block_size} on axis {axis} (expected {list(expected)})")
+    if d % block_size == 0:
+        work = shape[:ax] + (d // block_size, block_size) + shape[ax + 1:]
+        pshape = shape[:ax] + (d // block_size, 1) + shape[ax + 1:]
+        return work, scale.reshape(pshape), None if zero_point is None else zero_point.reshape(pshape)
+    crop = (slice(None),) * ax + (slice(0, d),)
+
+    def full(p):
+        return None if p is None else np.repeat(p, block_size, axis=ax)[crop]
+    return shape, full(scale), full(zero_point)
+
+
+def _positive_block_size(block_size: int) -> int:
+    if block_size < 0:
+        raise ValueError(f"block_size must be >= 0, got {block_size}")
+    return block_size
+
+
+# -- QuantizeLinear ------------------------------------------------------------------------------
+
+def _quantize_fn(version: int, *, axis=1, saturate=1, output_dtype=0, block_size=0, precision=0):
+    out_param = "T3" if version >= 23 else "T2"
+    allowed_out = schema_dtypes("QuantizeLinear", version, out_param)
+    allowed_x = schema_dtypes("QuantizeLinear", version, "T1")
+    allowed_scale = schema_dtypes("QuantizeLinear", version, "T2") if version >= 23 else \
+        (allowed_x if version >= 19 else {_F32: 1})
+    fixed_out = target_dtype(output_dtype, allowed_out, "output_dtype") if output_dtype else None
+    prec = target_dtype(precision, schema_dtypes("QuantizeLinear", version, "T2"), "precision") \
+        if precision else None
+    block_size = _positive_block_size(block_size)
+    per_axis = version >= 13
+    saturate = bool(saturate)
+
+    def run(x, y_scale, y_zero_point=None):
+        check_input(x, allowed_x, "x")
+        check_input(y_scale, allowed_scale, "y_scale")
+        if version < 23 and version >= 19 and y_scale.dtype != x.dtype:
+            raise InvalidValueError(f"x ({x.dtype}) and y_scale ({y_scale.dtype}) must have the same type")
+        if y_zero_point is not None:
+            out = y_zero_point.dtype
+            check_input(y_zero_point, allowed_out, "y_zero_point")
+            if fixed_out is not None and out != fixed_out:
+                raise InvalidValueError(f"output_dtype {fixed_out} differs from the zero point's type {out}")
+        else:
+            out = fixed_out if fixed_out is not None else _U8
+        work, scale, zp = layout(x.shape, y_scale, y_zero_point, axis, block_size, per_axis)
+        p = prec if prec is not None else y_scale.dtype
+        if p in _LOW_PRECISION:   # the division in float16/bfloat16: both operands and the quotient
+            xf = (x if x.dtype == p else x.astype(p)).astype(_F32)
+            sf = scale.astype(p).astype(_F32)
+            q = (xf.reshape(work) / sf).astype(p).astype(_F32)
+        else:
+            q = (x if x.dtype == _F32 else x.astype(_F32)).reshape(work) / scale.astype(_F32)
+        return quantize_array(q, out, zp, saturate).reshape(x.shape)
+    return run
+
+
+@kernel("QuantizeLinear", since=10)
+def quantize_linear_10():
+    return _quantize_fn(10)
+
+
+@kernel("QuantizeLinear", since=13)
+def quantize_linear_13(*, axis=1):
+    return _quantize_fn(13, axis=axis)
+
+
+@kernel("QuantizeLinear", since=19)
+def quantize_linear_19(*, axis=1, saturate=1):
+    return _quantize_fn(19, axis=axis, saturate=saturate)
+
+
+@kernel("QuantizeLinear", since=21)
+def quantize_linear_21(*, axis=1, saturate=1, output_dtype=0, block_size=0):
+    return _quantize_fn(21, axis=axis, saturate=saturate, output_dtype=output_dtype, block_size=block_size)
+
+
+def _register_quantize(version: int) -> None:
+    @kernel("QuantizeLinear", since=version)
+    def quantize_linear(*, axis=1, saturate=1, output_dtype=0, block_size=0, precision=0):
+        return _quantize_fn(version, axis=axis, saturate=saturate, output_dtype=output_dtype,
+                            block_size=block_size, precision=precision)
+
+
+for _v in (23, 24, 25, 28):
+    _register_quantize(_v)
+
+
+# -- DequantizeLinear ----------------------------------------------------------------------------
+
+def _dequantize_fn(version: int, *, axis=1, block_size=0, output_dtype=0):
+    if version >= 19:
+        allowed_x = schema_dtypes("DequantizeLinear", version, "T1")
+        allowed_scale = schema_dtypes("DequantizeLinear", version, "T2")
+    else:
+        allowed_x = schema_dtypes("DequantizeLinear", version, "T")
+        allowed_scale = {_F32: 1}
+    fixed_out = target_dtype(output_dtype, schema_dtypes("DequantizeLinear", version, "T3"), "output_dtype") \
+        if output_dtype else None
+    block_size = _positive_block_size(block_size)
+    per_axis = version >= 13
+    out_precision = version >= 23
+
+    def run(x, x_scale, x_zero_point=None):
+        check_input(x, allowed_x, "x")
+        check_input(x_scale, allowed_scale, "x_scale")
+        if x_zero_point is not None and x_zero_point.dtype != x.dtype:
+            raise InvalidValueError(f"x ({x.dtype}) and x_zero_point ({x_zero_point.dtype}) must have the same type")
+        if fixed_out is not None:
+            out = fixed_out
+        else:  # the scale's type; a float8e8m0 scale (24+) without output_dtype gives float32
+            out = _F32 if x_scale.dtype == E8M0 else x_scale.dtype
+        work, scale, zp = layout(x.shape, x_scale, x_zero_point, axis, block_size, per_axis)
+        y = x.reshape(work).astype(_F32)
+        if zp is not None:
+            y -= zp.astype(_F32)
+        if out_precision and out in _LOW_PRECISION:   # 23+: the multiplication in the output type
+            y = y.astype(out).astype(_F32)
+            scale = scale.astype(out)
+        y *= scale.astype(_F32)
+        return (y if out == _F32 else y.astype(out)).reshape(x.shape)
+    return run
+
+
+@kernel("DequantizeLinear", since=10)
+def dequantize_linear_10():
+    return _dequantize_fn(10)
+
+
+@kernel("DequantizeLinear", since=13)
+def dequantize_linear_13(*, axis=1):
+    return _dequantize_fn(13, axis=axis)
+
+
+@kernel("DequantizeLinear", since=19)
+def dequantize_linear_19(*, axis=1):
+    return _dequantize_fn(19, axis=axis)
+
+
+def _register_dequantize(version: int) -> None:
+    if version < 23:
+        @kernel("DequantizeLinear", since=version)
+        def dequantize_linear(*, axis=1, block_size=0):
+            return _dequantize_fn(version, axis=axis, block_size=block_size)
+    else:
+        @kernel("DequantizeLinear", since=version)
+        def dequantize_linear(*, axis=1, block_size=0, output_dtype=0):
+            return _dequantize_fn(version, axis=axis, block_size=block_size, output_dtype=output_dtype)
+
+
+for _v in (21, 23, 24, 25, 28):
+    _register_dequantize(_v)
+
+
+# -- DynamicQuantizeLinear -----------------------------------------------------------------------
+
+@kernel("DynamicQuantizeLinear", since=11)
+def dynamic_quantize_linear_11():
+    def run(x):
+        if x.dtype != _F32:
+            raise InvalidValueError(f"x must be float32, got {x.dtype}")
+        lo = min(np.float32(0), x.min()) if x.size else np.float32(0)
+        hi = max(np.float32(0), x.max()) if x.size else np.float32(0)
+        scale = np.float32((hi - lo) / np.float32(255))
+        if scale == 0:      # x is all zeros (or empty): every value quantizes to 0 with zero point 0
+            zp = np.uint8(0)
+            y = np.zeros(x.shape, _U8)
+        else:
+            zp = np.uint8(np.clip(np.rint(-lo / scale), 0, 255))
+            y = quantize_array(x / scale, _U8, np.asarray(zp))
+        return y, np.asarray(scale, _F32), np.asarray(zp, _U8)
+    return run
