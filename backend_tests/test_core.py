@@ -236,3 +236,233 @@ def test_one_prepared_model_runs_from_many_threads():
         results = list(pool.map(lambda x: rep.run([x])[0], xs))
     for k, y in enumerate(results):
         np.testing.assert_array_equal(y, [k + 50, k + 50])
+
+
+# -- values that are not tensors: sequences and optionals -----------------------------------------
+
+from onnx import TensorProto  # noqa: E402
+
+from onnx_mini import plan as plan_module  # noqa: E402
+from onnx_mini.graph import free_names  # noqa: E402
+
+SEQ_F = helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, None))
+OPT_T = helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.INT64, [2]))
+OPT_SEQ = helper.make_optional_type_proto(SEQ_F)
+
+
+def typed_model(nodes, inputs, outputs, opset=18):
+    """inputs/outputs: [(name, TypeProto)]."""
+    g = helper.make_graph(nodes, "g", [helper.make_value_info(n, t) for n, t in inputs],
+                          [helper.make_value_info(n, t) for n, t in outputs])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+
+
+def passthrough_model():
+    """seq, opt_t, opt_seq -> Identity of each: sequence and optional values in and out."""
+    nodes = [helper.make_node("Identity", [x], [f"{x}_out"]) for x in ("seq", "opt_t", "opt_seq")]
+    types = [("seq", SEQ_F), ("opt_t", OPT_T), ("opt_seq", OPT_SEQ)]
+    return typed_model(nodes, types, [(f"{n}_out", t) for n, t in types])
+
+
+SEQ_VALUE = [np.array([1.5, 2], np.float32), np.zeros((0, 3), np.float32), np.array(7, np.float32)]
+
+
+def check_passthrough(outs, opt_t, opt_seq):
+    seq_out, t_out, s_out = outs
+    assert isinstance(seq_out, list) and len(seq_out) == 3
+    for got, exp in zip(seq_out, SEQ_VALUE):
+        assert got.dtype == exp.dtype and got.shape == exp.shape and np.array_equal(got, exp)
+    assert (t_out is None) if opt_t is None else t_out.tolist() == opt_t.tolist()
+    assert (s_out is None) if opt_seq is None else [a.tolist() for a in s_out] == [a.tolist() for a in opt_seq]
+
+
+@pytest.mark.parametrize("opt_t,opt_seq", [(np.array([3, 4]), SEQ_VALUE[:1]), (None, None), (None, [])])
+def test_sequences_and_optionals_through_prepare_run(opt_t, opt_seq):
+    rep = onnx_mini.prepare(passthrough_model())
+    check_passthrough(list(rep.run([SEQ_VALUE, opt_t, opt_seq])), opt_t, opt_seq)
+    check_passthrough(list(rep.run({"seq": tuple(SEQ_VALUE), "opt_t": opt_t, "opt_seq": opt_seq})), opt_t, opt_seq)
+
+
+@pytest.mark.parametrize("opt_t,opt_seq", [(np.array([3, 4]), SEQ_VALUE[1:]), (None, None)])
+def test_sequences_and_optionals_through_inference_session(opt_t, opt_seq):
+    sess = onnx_mini.InferenceSession(passthrough_model().SerializeToString())
+    assert [i.type for i in sess.get_inputs()] == ["seq(tensor(float))", "optional(tensor(int64))",
+                                                   "optional(seq(tensor(float)))"]
+    check_passthrough(sess.run(None, {"seq": SEQ_VALUE, "opt_t": opt_t, "opt_seq": opt_seq}), opt_t, opt_seq)
+    (only,) = sess.run(["seq_out"], {"seq": SEQ_VALUE, "opt_t": opt_t, "opt_seq": opt_seq})
+    assert isinstance(only, list) and len(only) == 3
+
+
+def test_sequences_and_optionals_through_the_backend_api():
+    check_passthrough(list(onnx_mini.run_model(passthrough_model(), [SEQ_VALUE, None, SEQ_VALUE])), None, SEQ_VALUE)
+    # run_node declares no types: a list (or tuple) is a sequence, None an empty optional
+    node = helper.make_node("SequenceLength", ["s"], ["n"])
+    assert onnx_mini.run_node(node, [SEQ_VALUE])[0].tolist() == 3
+    assert onnx_mini.run_node(node, [tuple(SEQ_VALUE[:2])])[0].tolist() == 2
+    node = helper.make_node("OptionalHasElement", ["o"], ["h"])
+    assert onnx_mini.run_node(node, [None])[0].tolist() is False
+    (out,) = onnx_mini.run_node(helper.make_node("Identity", ["s"], ["t"]), [SEQ_VALUE])
+    assert isinstance(out, list) and not out[0].flags.writeable       # caller's arrays stay read-only views
+
+
+def test_omitted_optional_input_in_a_dict_is_empty():
+    rep = onnx_mini.prepare(passthrough_model())
+    check_passthrough(list(rep.run({"seq": SEQ_VALUE})), None, None)
+    with pytest.raises(InputError, match="missing input.*'seq'"):
+        rep.run({"opt_t": None})
+
+
+def test_sequence_outputs_are_fresh_lists_every_run():
+    m = typed_model([helper.make_node("SequenceEmpty", [], ["e"])], [], [("e", SEQ_F)])
+    rep = onnx_mini.prepare(m)
+    first = rep.run([])[0]
+    first.append(np.zeros(1, np.float32))
+    assert rep.run([])[0] == []
+    sess = onnx_mini.InferenceSession(m)
+    sess.run(None, {})[0].append(1)
+    assert sess.run(None, {})[0] == []
+
+
+@pytest.mark.parametrize("feeds,pattern", [
+    ([np.zeros(2, np.float32), None, None], r"'seq': expected a sequence \(seq\(tensor\(float\)\)\) given as a "
+                                            r"list, got a tensor float32\[2\]"),
+    ([[np.zeros(2, np.int32)], None, None], r"'seq\[0\]': expected element type float.*int32"),
+    ([[np.zeros(2, np.float32), "x"], None, None], r"'seq\[1\]': .*float"),
+    ([SEQ_VALUE, np.array([1, 2, 3]), None], r"'opt_t': expected rank 1|'opt_t': dimension 0 must be 2"),
+    ([SEQ_VALUE, np.array([1.0, 2.0]), None], r"'opt_t': expected element type int64"),
+    ([SEQ_VALUE, [np.array([1, 2])], None], r"'opt_t': expected a tensor \(tensor\(int64\)\), got a sequence"),
+    ([SEQ_VALUE, None, np.zeros(2, np.float32)], r"'opt_seq': expected a sequence"),
+    ([SEQ_VALUE, None, {"a": 1}], r"'opt_seq': expected a sequence.*got a map"),
+])
+def test_sequence_and_optional_input_errors(feeds, pattern):
+    with pytest.raises(InputError, match=pattern):
+        onnx_mini.prepare(passthrough_model()).run(feeds)
+
+
+def test_tensor_input_given_none_or_a_list_of_arrays():
+    rep = onnx_mini.prepare(model([helper.make_node("Identity", ["x"], ["y"])], [("x", F, [2])], [("y", F, [2])]))
+    with pytest.raises(InputError, match="'x': expected a tensor.*got None"):
+        rep.run({"x": None})
+    with pytest.raises(InputError, match="'x': expected a tensor.*got a sequence"):
+        rep.run({"x": [np.zeros(2, np.float32)]})
+
+
+def test_positional_count_error_hints_at_sequence_inputs():
+    rep = onnx_mini.prepare(typed_model([helper.make_node("Identity", ["s"], ["t"])], [("s", SEQ_F)], [("t", SEQ_F)]))
+    with pytest.raises(InputError, match=r"expected 1 positional.*run\(\[\[t1, t2\]"):
+        rep.run(SEQ_VALUE[:2])
+    assert len(rep.run([SEQ_VALUE[:2]])[0]) == 2
+
+
+def test_kernel_error_describes_sequences():
+    m = typed_model([helper.make_node("SequenceAt", ["s", "p"], ["t"], name="at")],
+                    [("s", SEQ_F), ("p", helper.make_tensor_type_proto(TensorProto.INT64, []))],
+                    [("t", helper.make_tensor_type_proto(TensorProto.FLOAT, None))])
+    with pytest.raises(KernelError, match=r"'at'.*s: sequence\[2\] of float32.*p: int64\[\]"):
+        onnx_mini.prepare(m).run([SEQ_VALUE[:2], np.array(5)])
+
+
+# -- sub-plans: GRAPH attributes planned once, captured outer values passed as step inputs --------
+
+@pytest.fixture
+def choose_kernel(monkeypatch):
+    """A temporary If-like kernel test.subplan::Choose(cond; then_branch, else_branch, extra: GRAPHS)."""
+    from onnx_mini.registry import _KERNELS, _resolve, kernel
+
+    calls = []
+    monkeypatch.setattr(registry, "_KERNELS", dict(_KERNELS))   # the registration disappears afterwards
+    _resolve.cache_clear()
+
+    @kernel("Choose", since=1, domain="test.subplan", multi_output=False)
+    def choose(*, then_branch, else_branch, extra=()):
+        calls.append((then_branch, else_branch, list(extra)))
+        k = then_branch.n_captures
+        assert else_branch.n_captures == k and all(e.n_captures == k for e in extra)
+
+        def run(cond, *captured):
+            branch = then_branch if bool(cond) else else_branch
+            (out,) = branch.run([], captured)
+            for e in extra:   # each extra graph maps the result once more
+                (out,) = e.run([out], captured)
+            return out
+        return run
+
+    yield calls
+    _resolve.cache_clear()
+
+
+def choose_model(extra=None):
+    then_g = helper.make_graph([helper.make_node("Add", ["a", "b"], ["r"])], "then", [],
+                               [helper.make_empty_tensor_value_info("r")])
+    else_g = helper.make_graph([helper.make_node("Add", ["c", "c"], ["r"])], "else", [],
+                               [helper.make_empty_tensor_value_info("r")])
+    attrs = {"then_branch": then_g, "else_branch": else_g}
+    if extra:
+        attrs["extra"] = extra
+    node = helper.make_node("Choose", ["cond"], ["y"], domain="test.subplan", name="chooser", **attrs)
+    return model([node], [("cond", TensorProto.BOOL, []), ("a", F, [2]), ("b", F, [2]), ("c", F, [2])],
+                 [("y", F, [2])], opset=[helper.make_opsetid("", 18), helper.make_opsetid("test.subplan", 1)])
+
+
+def test_subplans_read_different_outer_names(choose_kernel):
+    rep = onnx_mini.prepare(choose_model())
+    (then_b, else_b, _), = choose_kernel
+    assert isinstance(then_b, plan_module.SubPlan) and then_b.n_captures == 3
+    ins = rep.plan.infos[0].inputs                                   # captures follow the node's own inputs
+    assert ins[0] == "cond" and sorted(ins[1:]) == ["a", "b", "c"]
+    a, b, c = (np.array(v, np.float32) for v in ([1, 2], [10, 20], [100, 200]))
+    assert rep.run([np.array(True), a, b, c])[0].tolist() == [11, 22]
+    assert rep.run([np.array(False), a, b, c])[0].tolist() == [200, 400]
+
+
+def test_graphs_attribute_becomes_a_list_of_subplans(choose_kernel):
+    # each extra graph has an input and reads outer `a`: out -> out + a
+    g = helper.make_graph([helper.make_node("Add", ["v", "a"], ["w"])], "plus_a",
+                          [helper.make_empty_tensor_value_info("v")], [helper.make_empty_tensor_value_info("w")])
+    rep = onnx_mini.prepare(choose_model(extra=[g, g]))
+    (_, _, extra), = choose_kernel
+    assert len(extra) == 2 and all(isinstance(e, plan_module.SubPlan) for e in extra)
+    a, b, c = (np.array(v, np.float32) for v in ([1, 2], [10, 20], [100, 200]))
+    assert rep.run([np.array(True), a, b, c])[0].tolist() == [13, 26]
+
+
+def test_subplans_are_built_at_prepare_only(choose_kernel, monkeypatch):
+    rep = onnx_mini.prepare(choose_model())
+    monkeypatch.setattr(plan_module, "build_plan", lambda *a, **k: pytest.fail("planned at run time"))
+    one = np.ones(2, np.float32)
+    for cond in (True, False, True):
+        rep.run([np.array(cond), one, one, one])
+    assert len(choose_kernel) == 1                                   # the factory ran once
+
+
+def test_node_with_captures_is_never_folded(choose_kernel):
+    # every input of the node is an initializer, but the branches read the outer `x`: run-time only
+    then_g = helper.make_graph([helper.make_node("Add", ["x", "x"], ["r"])], "then", [],
+                               [helper.make_empty_tensor_value_info("r")])
+    node = helper.make_node("Choose", ["cond"], ["y"], domain="test.subplan", then_branch=then_g, else_branch=then_g)
+    cond = numpy_helper.from_array(np.array(True), "cond")
+    m = model([node], [("x", F, [2])], [("y", F, [2])], [cond],
+              opset=[helper.make_opsetid("", 18), helper.make_opsetid("test.subplan", 1)])
+    rep = onnx_mini.prepare(m)
+    assert [i.op_type for i in rep.plan.infos] == ["Choose"]
+    assert rep.run([np.array([1, 2], np.float32)])[0].tolist() == [2, 4]
+    assert rep.run([np.array([5, 6], np.float32)])[0].tolist() == [10, 12]
+
+
+def test_free_names_and_captures_of_nested_subgraphs():
+    inner = helper.make_graph([helper.make_node("Add", ["v", "outer_k"], ["w"])], "inner",
+                              [helper.make_empty_tensor_value_info("v")], [helper.make_empty_tensor_value_info("w")])
+    body = helper.make_graph([helper.make_node("SequenceMap", ["s"], ["t"], body=inner),
+                              helper.make_node("Identity", ["mid"], ["m2"])], "body",
+                             [helper.make_empty_tensor_value_info("s")], [helper.make_empty_tensor_value_info("t")])
+    node = helper.make_node("SequenceMap", ["seq"], ["out"], body=body)
+    parsed = onnx_mini.loader.parse_node(node)
+    assert set(parsed.captures) == {"outer_k", "mid"}
+    assert set(free_names(parsed.attrs["body"])) == {"outer_k", "mid"}
+
+
+def test_run_node_tells_sequences_from_nested_number_lists():
+    (n,) = onnx_mini.run_node(helper.make_node("SequenceLength", ["s"], ["n"]), [[]])
+    assert n.tolist() == 0
+    (y,) = onnx_mini.run_node(helper.make_node("Shape", ["x"], ["y"]), [[[1, 2, 3], [4, 5, 6]]])
+    assert y.tolist() == [2, 3]

@@ -12,7 +12,7 @@ from onnx.backend.base import BackendRep, namedtupledict
 from . import loader
 from .executor import Hook, execute
 from .graph import Graph, Model, Node, ValueInfo
-from .inputs import bind_inputs
+from .inputs import bind_inputs, export_outputs
 from .loader import MAX_IR_VERSION, MIN_IR_VERSION
 from .plan import Plan, build_plan
 
@@ -36,9 +36,10 @@ class PreparedModel(BackendRep):
         return list(self.plan.output_names)
 
     def run(self, inputs: Any, hook: Hook | None = None, **kwargs: Any):
-        """inputs: a list (positional, graph order), a dict name -> value, or a single array."""
+        """inputs: a list (positional, graph order), a dict name -> value, or a single array.
+        A sequence is a list of arrays, an optional None or its value (inputs and outputs alike)."""
         values = execute(self.plan, bind_inputs(self.plan, inputs), hook)
-        return self._outputs_type(*values)
+        return self._outputs_type(*export_outputs(values))
 
 
 class Backend(_OnnxBackend):

@@ -1,7 +1,11 @@
-"""Check the values given to run() against the graph's declared inputs and place them in slots.
+"""Check the values given to run() against the graph's declared inputs and place them in slots,
+and hand the graph's outputs back to the caller.
 
-Tensors must have the declared element type and rank, and the declared fixed dimensions. Inputs are
-stored as read-only views so that no kernel can ever write into a caller's array.
+Values that are not tensors: a sequence is a Python list of values (a tuple is accepted), an optional
+is None (empty) or its value, a map is a dict. Tensors must have the declared element type and rank,
+and the declared fixed dimensions; sequences and optionals are checked element by element against
+their declared element type. Inputs are stored as read-only views so that no kernel can ever write
+into a caller's array.
 """
 from __future__ import annotations
 
@@ -30,7 +34,9 @@ def _match(plan: Plan, feeds) -> list[tuple[InputSpec, Any]]:
         if unknown:
             raise InputError(f"unknown input name(s) {', '.join(map(repr, unknown))}; the model's inputs are "
                              f"{', '.join(repr(i.name) for i in plan.inputs) or 'none'}")
-        missing = [i.name for i in plan.required_inputs if i.name not in feeds]
+        # an optional-typed input left out of the dict is an empty optional (its slot already holds None)
+        missing = [i.name for i in plan.required_inputs
+                   if i.name not in feeds and (i.type is None or i.type.kind != "optional")]
         if missing:
             raise InputError(f"missing input(s) {', '.join(map(repr, missing))}")
         return [(by_name[k], v) for k, v in feeds.items()]
@@ -43,31 +49,52 @@ def _match(plan: Plan, feeds) -> list[tuple[InputSpec, Any]]:
     # (initializer-backed ones included) is also accepted, in graph order.
     targets = plan.inputs if len(feeds) == len(plan.inputs) and len(feeds) > len(required) else required
     if len(feeds) != len(targets):
+        hint = ""
+        if any(i.type is not None and i.type.kind in ("sequence", "optional") for i in required):
+            hint = ("; a sequence input is one list inside the list of inputs (run([[t1, t2], ...])) "
+                    "or a dict entry (run({name: [t1, t2]}))")
         raise InputError(f"expected {len(required)} positional input(s) "
-                         f"({', '.join(repr(i.name) for i in required) or 'none'}), got {len(feeds)}")
+                         f"({', '.join(repr(i.name) for i in required) or 'none'}), got {len(feeds)}{hint}")
     return list(zip(targets, feeds))
 
 
 def check_value(name: str, t: TypeInfo | None, value: Any) -> Any:
+    """The value run() stores for input `name` of declared type t (None: undeclared, taken as given)."""
     if t is None:
-        return _readonly(value) if isinstance(value, np.ndarray) else value
+        if isinstance(value, np.ndarray):
+            return _readonly(value)
+        if isinstance(value, (list, tuple)):
+            # undeclared (run_node): a list holding arrays, or an empty one, is a sequence; nested lists
+            # of numbers are a tensor
+            if not value or any(isinstance(v, np.ndarray) for v in value):
+                return [check_value(f"{name}[{i}]", None, v) for i, v in enumerate(value)]
+            return _readonly(np.asarray(value))
+        return value
     if t.kind == "tensor":
         return _check_tensor(name, t, value)
     if t.kind == "sequence":
         if not isinstance(value, (list, tuple)):
-            raise InputError(f"input {name!r}: expected a sequence (list), got {type(value).__name__}")
+            raise InputError(f"input {name!r}: expected a sequence ({type_string(t)}) given as a list, "
+                             f"got {_kind_of(value)}")
         return [check_value(f"{name}[{i}]", t.inner, v) for i, v in enumerate(value)]
     if t.kind == "optional":
         return None if value is None else check_value(name, t.inner, value)
     if t.kind == "map":
         if not isinstance(value, dict):
-            raise InputError(f"input {name!r}: expected a map (dict), got {type(value).__name__}")
+            raise InputError(f"input {name!r}: expected a map (dict), got {_kind_of(value)}")
         return value
     return value
 
 
 def _check_tensor(name: str, t: TypeInfo, value: Any) -> np.ndarray:
     want = dtypes.NP_DTYPE.get(t.elem_type) if t.elem_type else None
+    if value is None:
+        raise InputError(f"input {name!r}: expected a tensor ({type_string(t)}), got None "
+                         "(only an optional-typed input may be None)")
+    if isinstance(value, dict) or (isinstance(value, (list, tuple)) and
+                                   any(isinstance(v, np.ndarray) for v in value)):
+        # nested Python lists of numbers are a tensor; a list of arrays is a sequence
+        raise InputError(f"input {name!r}: expected a tensor ({type_string(t)}), got {_kind_of(value)}")
     if not isinstance(value, np.ndarray):
         try:
             value = np.asarray(value, dtype=want)
@@ -89,6 +116,42 @@ def _check_tensor(name: str, t: TypeInfo, value: Any) -> np.ndarray:
                 raise InputError(f"input {name!r}: dimension {axis} must be {d} (shape {_shape(t.shape)}), "
                                  f"got shape {list(value.shape)}")
     return _readonly(value)
+
+
+def _kind_of(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        return f"a tensor {value.dtype}{list(value.shape)}"
+    if isinstance(value, (list, tuple)):
+        return f"a sequence ({type(value).__name__} of {len(value)} value(s))"
+    if isinstance(value, dict):
+        return "a map (dict)"
+    if value is None:
+        return "None"
+    return type(value).__name__
+
+
+def type_string(t: TypeInfo | None) -> str:
+    """A declared type as onnxruntime spells it: tensor(float), seq(tensor(int64)), optional(...)."""
+    if t is None:
+        return "unknown"
+    if t.kind in ("tensor", "sparse_tensor"):
+        return f"{t.kind}({dtypes.type_name(t.elem_type)})"
+    if t.kind == "map":
+        return f"map({dtypes.type_name(t.key_type)},{type_string(t.inner)})"
+    if t.kind == "sequence":
+        return f"seq({type_string(t.inner)})"
+    return f"{t.kind}({type_string(t.inner)})"
+
+
+def export_outputs(values: list) -> list:
+    """Outputs as the caller receives them: tensors as they are (read-only when shared), sequences as
+    fresh lists (a sequence may be a constant of the plan, shared by every run), optionals as None or
+    their value."""
+    return [_export(v) if v.__class__ is list else v for v in values]
+
+
+def _export(v: list) -> list:
+    return [_export(x) if x.__class__ is list else x for x in v]
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:

@@ -6,6 +6,9 @@
 - each step lists the slots that die after it, so intermediates are freed at their last use.
 
 Planning is re-entrant: a subgraph is planned like a graph, with its outer-scope names as extra inputs.
+Each GRAPH attribute of a node (SequenceMap's body, If's branches, Loop/Scan bodies) becomes a SubPlan
+before the node's factory is called; the outer values the node's subgraphs read (`node.captures`) are
+appended to the step's inputs, after the node's own, and the kernel hands them to SubPlan.run.
 """
 from __future__ import annotations
 
@@ -15,9 +18,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .errors import (GraphError, InvalidNodeError, KernelError, NodeError, OnnxMiniError,
+from .errors import (GraphError, InvalidNodeError, InvalidValueError, KernelError, NodeError, OnnxMiniError,
                      UnsupportedOperatorError)
-from .graph import AttrRef, Function, Graph, Node, TypeInfo, topo_sort
+from .graph import AttrRef, Function, Graph, Node, TypeInfo, free_names, topo_sort
 from .registry import KernelSpec, resolve
 
 # Ops whose result must not be computed once at prepare time even when all inputs are constant.
@@ -77,8 +80,62 @@ def describe_value(v) -> str:
     if v is None:
         return "None"
     if isinstance(v, list):
-        return f"sequence[{len(v)}]"
+        kinds = sorted({describe_value(x).split("[")[0] for x in v})
+        return f"sequence[{len(v)}]" + (f" of {'/'.join(kinds)}" if kinds else "")
     return type(v).__name__
+
+
+class SubPlan:
+    """A body graph planned once, at prepare time, for the kernel that owns it (SequenceMap, If, Loop,
+    Scan): the factory receives it in place of the GRAPH attribute (a list of them for GRAPHS).
+
+    The kernel's step receives the node's own inputs followed by the `n_captures` outer-scope values
+    that the node's subgraphs read (node.captures order, shared by all subgraphs of the node; each
+    SubPlan picks the ones it reads). `run(inputs, captured)` executes the body once:
+
+        @kernel("SequenceMap", since=17)
+        def sequence_map_17(*, body, _n_inputs, _n_outputs):
+            def run(seq, *rest):
+                extra, captured = rest[:_n_inputs - 1], rest[_n_inputs - 1:]
+                ... body.run([seq[i], *extra], captured) ...
+    """
+    __slots__ = ("plan", "name", "n_captures", "_picks", "_input_slots", "_execute")
+
+    def __init__(self, plan: "Plan", name: str, captures: tuple[str, ...], node_captures: tuple[str, ...]):
+        from .executor import execute  # executor imports this module
+        self.plan = plan
+        self.name = name
+        self.n_captures = len(node_captures)
+        where = {n: i for i, n in enumerate(node_captures)}
+        slot_of = {n: i for i, n in enumerate(plan.slot_names)}
+        # (slot in the body, position in the step's captured tail) for each outer name the body reads
+        self._picks = tuple((slot_of[n], where[n]) for n in captures)
+        self._input_slots = tuple(i.slot for i in plan.inputs)
+        self._execute = execute
+
+    @property
+    def input_names(self) -> list[str]:
+        return [i.name for i in self.plan.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self.plan.output_names)
+
+    def run(self, inputs, captured=()) -> list:
+        """Run the body once: `inputs` in the body's input order, `captured` the step's captured tail."""
+        if len(inputs) != len(self._input_slots):
+            raise InvalidValueError(f"subgraph {self.name!r} takes {len(self._input_slots)} input(s), "
+                                    f"{len(inputs)} given")
+        slots = self.plan.template.copy()
+        for s, v in zip(self._input_slots, inputs):
+            slots[s] = v
+        for s, p in self._picks:
+            slots[s] = captured[p]
+        return self._execute(self.plan, slots)
+
+    def __repr__(self) -> str:
+        return (f"SubPlan({self.name!r}, inputs={self.input_names}, outputs={self.output_names}, "
+                f"steps={len(self.plan.steps)})")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -121,11 +178,12 @@ def build_plan(graph: Graph, opsets: dict[str, int], functions: dict[tuple[str, 
     steps: list[tuple] = []
     infos: list[StepInfo] = []
     for node, spec, opset in order:
-        fn = _bind(node, spec, opset)
-        ins = tuple(slot(x) for x in node.inputs)
+        fn = _bind(node, spec, opset, node.opsets or opsets, functions, optimize)
+        ins = tuple(slot(x) for x in (*node.inputs, *node.captures))
         outs = tuple(slot(x) if x else DISCARD_SLOT for x in node.outputs)
         out = outs if spec.multi_output else (outs[0] if outs else DISCARD_SLOT)
-        info = StepInfo(node.name, node.op_type, node.domain, spec.since, opset, node.inputs, node.outputs)
+        info = StepInfo(node.name, node.op_type, node.domain, spec.since, opset, (*node.inputs, *node.captures),
+                        node.outputs)
         if optimize and _foldable(node, ins, constant):
             values = _fold(fn, ins, template)
             if values is not None:
@@ -235,8 +293,35 @@ def _inline(node: Node, fn: Function, fn_opsets: dict[str, int], version: int) -
     return result
 
 
-def _bind(node: Node, spec: KernelSpec, opset: int | None) -> Callable:
-    """Check the node's attributes against the kernel and call its factory once."""
+def _subplans(node: Node, opsets: dict[str, int], functions, optimize: bool) -> dict[str, Any]:
+    """The node's attributes with each GRAPH (or GRAPHS) value planned into a SubPlan."""
+    if not node.captures and not any(isinstance(v, Graph) or (isinstance(v, list) and v and isinstance(v[0], Graph))
+                                     for v in node.attrs.values()):
+        return node.attrs
+
+    def sub(key: str, g: Graph) -> SubPlan:
+        outer = free_names(g)
+        try:
+            plan = build_plan(g, opsets, functions, outer_scope=outer, optimize=optimize)
+        except NodeError as e:  # say which subgraph of which node
+            raise type(e)(f"in subgraph {key!r} of node {node.name or node.op_type!r}: {e.reason}", node=e.node,
+                          op_type=e.op_type, domain=e.domain, version=e.version, opset=e.opset) from e
+        except GraphError as e:
+            raise GraphError(f"subgraph {key!r} of node {node.name or node.op_type!r} ({node.op_type}): {e}") from e
+        return SubPlan(plan, g.name or key, outer, node.captures)
+
+    attrs = dict(node.attrs)
+    for k, v in node.attrs.items():
+        if isinstance(v, Graph):
+            attrs[k] = sub(k, v)
+        elif isinstance(v, list) and v and isinstance(v[0], Graph):
+            attrs[k] = [sub(f"{k}[{i}]", g) for i, g in enumerate(v)]
+    return attrs
+
+
+def _bind(node: Node, spec: KernelSpec, opset: int | None, opsets: dict[str, int] | None = None,
+          functions=None, optimize: bool = True) -> Callable:
+    """Check the node's attributes against the kernel, plan its subgraphs, and call its factory once."""
     def fail(msg: str) -> InvalidNodeError:
         return InvalidNodeError(msg, node=node.name, op_type=node.op_type, domain=node.domain,
                                 version=spec.since, opset=opset)
@@ -248,7 +333,7 @@ def _bind(node: Node, spec: KernelSpec, opset: int | None) -> Callable:
     missing = sorted(spec.required - set(node.attrs))
     if missing:
         raise fail(f"required attribute(s) {', '.join(map(repr, missing))} missing")
-    kwargs = dict(node.attrs)
+    kwargs = dict(_subplans(node, opsets or {}, functions or {}, optimize))
     if "_n_inputs" in spec.injected:
         kwargs["_n_inputs"] = len(node.inputs)
     if "_n_outputs" in spec.injected:

@@ -8,11 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from . import dtypes, loader
+from . import loader
 from .backend import PreparedModel
 from .executor import execute
-from .graph import TypeInfo, ValueInfo
-from .inputs import bind_inputs
+from .graph import ValueInfo
+from .inputs import bind_inputs, export_outputs, type_string
 from .plan import Plan, build_plan
 
 
@@ -24,24 +24,9 @@ class NodeArg:
     shape: list | None
 
 
-def _type_string(t: TypeInfo | None) -> str:
-    if t is None:
-        return "unknown"
-    if t.kind in ("tensor", "sparse_tensor"):
-        return f"{t.kind}({_elem(t.elem_type)})"
-    if t.kind == "map":
-        return f"map({_elem(t.key_type)},{_type_string(t.inner)})"
-    return f"{t.kind}({_type_string(t.inner)})"
-
-
-def _elem(e: int) -> str:
-    name = dtypes.type_name(e)
-    return {"float": "float", "double": "double"}.get(name, name)
-
-
 def _arg(v: ValueInfo) -> NodeArg:
     shape = list(v.type.shape) if v.type is not None and v.type.shape is not None else None
-    return NodeArg(v.name, _type_string(v.type), shape)
+    return NodeArg(v.name, type_string(v.type), shape)
 
 
 class InferenceSession:
@@ -64,7 +49,7 @@ class InferenceSession:
 
     def run(self, output_names: Sequence[str] | None, input_feed: dict, run_options: Any = None) -> list:
         plan = self._plan_for(tuple(output_names) if output_names else tuple(self._prepared.plan.output_names))
-        return execute(plan, bind_inputs(plan, input_feed))
+        return export_outputs(execute(plan, bind_inputs(plan, input_feed)))
 
     def _plan_for(self, names: tuple[str, ...]) -> Plan:
         plan = self._plans.get(names)
