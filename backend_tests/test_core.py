@@ -466,3 +466,21 @@ def test_run_node_tells_sequences_from_nested_number_lists():
     assert n.tolist() == 0
     (y,) = onnx_mini.run_node(helper.make_node("Shape", ["x"], ["y"]), [[[1, 2, 3], [4, 5, 6]]])
     assert y.tolist() == [2, 3]
+
+
+def test_function_body_gets_the_schema_default_of_an_omitted_attribute(monkeypatch):
+    # MeanVarianceNormalization's body reads @axes; a caller without `axes` means the schema default
+    # [0, 2, 3], which only the schema (not the body's FunctionProto) knows.
+    registry.load_all_ops()
+    monkeypatch.delitem(registry._KERNELS, ("", "MeanVarianceNormalization", 13), raising=False)
+    registry._resolve.cache_clear()
+    try:
+        x = np.arange(24, dtype=np.float32).reshape(2, 3, 2, 2) ** 2
+        rep = onnx_mini.prepare(model([helper.make_node("MeanVarianceNormalization", ["x"], ["y"])],
+                                      [("x", F, [2, 3, 2, 2])], [("y", F, None)], opset=18))
+        assert "MeanVarianceNormalization" not in [i.op_type for i in rep.plan.infos]
+        mean = x.mean(axis=(0, 2, 3), keepdims=True)
+        std = np.sqrt((x ** 2).mean(axis=(0, 2, 3), keepdims=True) - mean ** 2)
+        np.testing.assert_allclose(rep.run([x])[0], (x - mean) / (std + 1e-9), rtol=1e-4)
+    finally:
+        registry._resolve.cache_clear()

@@ -89,6 +89,11 @@ def parse_node(node: onnx.NodeProto, base_dir: str | None = None) -> Node:
     return _Context(base_dir).node(node, 0)
 
 
+def parse_attribute(a: AttributeProto) -> Any:
+    """One AttributeProto's value (e.g. a schema's default_value)."""
+    return _Context(None).attr(a)
+
+
 def parse_function(fp: onnx.FunctionProto, ctx: "_Context | None" = None) -> Function:
     ctx = ctx or _Context(None)
     attributes: dict[str, Any] = {a: None for a in fp.attribute}

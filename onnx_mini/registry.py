@@ -17,14 +17,14 @@ import functools
 import importlib
 import inspect
 import pkgutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import onnx
 import onnx.defs
 
 from .graph import Function, normalize_domain
-from .loader import parse_function
+from .loader import parse_attribute, parse_function
 
 INJECTED = ("_n_inputs", "_n_outputs")
 
@@ -132,7 +132,14 @@ def _resolve(domain: str, op_type: str, opset: int | None) -> Resolution:
         if schema.has_function:
             body = schema.get_function_with_opset_version(opset)
             if body:
-                return Resolution(version, function=parse_function(onnx.FunctionProto.FromString(body)))
+                fn = parse_function(onnx.FunctionProto.FromString(body))
+                # A caller that leaves an attribute out gets the schema's default, which the body's
+                # FunctionProto does not carry (e.g. MeanVarianceNormalization's axes [0, 2, 3]).
+                defaults = {name: parse_attribute(a.default_value) for name, a in schema.attributes.items()
+                            if a.default_value.type}
+                fn = replace(fn, attributes={**fn.attributes, **{k: v for k, v in defaults.items()
+                                                                 if fn.attributes.get(k) is None}})
+                return Resolution(version, function=fn)
         extra = " (its function body depends on input types, not inlined yet)" \
             if schema.has_context_dependent_function else ""
         return Resolution(version, problem=f"no kernel for {op_type}-{version}{extra}")
