@@ -1,0 +1,395 @@
+"""Spec tests for the recurrent operators RNN, GRU, LSTM (every version, every type).
+
+Expected values come from a deliberately slow reference written here from the spec's equations:
+one batch element, one direction, one time step at a time, on 1-D numpy vectors in float64.
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import onnx_mini
+from onnx_mini.errors import InvalidNodeError, KernelError, OnnxMiniError
+
+from helpers import NODE, elem_type, np_type, run_node, type_params, versions
+
+GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+DEFAULT_ACTS = {"RNN": ["Tanh"], "GRU": ["Sigmoid", "Tanh"], "LSTM": ["Sigmoid", "Tanh", "Tanh"]}
+ALL_VERSIONS = {op: versions(op) for op in GATES}
+
+
+# -- the reference -------------------------------------------------------------------------------
+
+def _act(name, alpha, beta):
+    """One activation of the spec's list, on a 1-D float64 vector."""
+    return {
+        "Relu": lambda x: np.maximum(0.0, x),
+        "Tanh": lambda x: (1 - np.exp(-2 * x)) / (1 + np.exp(-2 * x)),
+        "Sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+        "Affine": lambda x: alpha * x + beta,
+        "LeakyRelu": lambda x: np.array([v if v >= 0 else alpha * v for v in x]),
+        "ThresholdedRelu": lambda x: np.array([v if v >= alpha else 0.0 for v in x]),
+        "ScaledTanh": lambda x: alpha * np.tanh(beta * x),
+        "HardSigmoid": lambda x: np.minimum(np.maximum(alpha * x + beta, 0), 1),
+        "Elu": lambda x: np.array([v if v >= 0 else alpha * (np.exp(v) - 1) for v in x]),
+        "Softsign": lambda x: x / (1 + np.abs(x)),
+        "Softplus": lambda x: np.log(1 + np.exp(x)),
+    }[name]
+
+
+# the defaults of the corresponding ONNX operators (alpha, beta); None: not used
+PARAM_DEFAULTS = {"Affine": (1.0, 0.0), "LeakyRelu": (0.01, None), "ThresholdedRelu": (1.0, None),
+                  "ScaledTanh": (1.0, 1.0), "HardSigmoid": (0.2, 0.5), "Elu": (1.0, None)}
+
+
+def _activations(op, names, alphas, betas, nd):
+    n = len(DEFAULT_ACTS[op])
+    names = list(names or DEFAULT_ACTS[op])
+    if nd == 2 and len(names) == n:
+        names = names * 2
+    alphas, betas = list(alphas or []), list(betas or [])
+    out = []
+    for name in names[:n * nd]:
+        da, db = PARAM_DEFAULTS.get(name, (None, None))
+        a = (alphas.pop(0) if alphas else da) if da is not None else None
+        b = (betas.pop(0) if betas else db) if db is not None else None
+        out.append(_act(name, a, b))
+    return [out[d * n:(d + 1) * n] for d in range(nd)]
+
+
+def reference(op, X, W, R, B=None, lens=None, h0=None, c0=None, P=None, *, direction="forward", layout=0,
+              activations=None, alpha=None, beta=None, clip=None, linear_before_reset=0, input_forget=0):
+    """Y, Y_h, Y_c in float64 from the spec's equations, one batch element and one step at a time."""
+    X, W, R = (np.asarray(v, np.float64) for v in (X, W, R))
+    if layout == 1:
+        X = X.transpose(1, 0, 2)
+        h0 = None if h0 is None else np.asarray(h0).transpose(1, 0, 2)
+        c0 = None if c0 is None else np.asarray(c0).transpose(1, 0, 2)
+    T, nb, _ = X.shape
+    nd, H = W.shape[0], R.shape[-1]
+    G = GATES[op]
+    B = np.zeros((nd, 2 * G * H)) if B is None else np.asarray(B, np.float64)
+    P = np.zeros((nd, 3 * H)) if P is None else np.asarray(P, np.float64)
+    h0 = np.zeros((nd, nb, H)) if h0 is None else np.asarray(h0, np.float64)
+    c0 = np.zeros((nd, nb, H)) if c0 is None else np.asarray(c0, np.float64)
+    lens = [T] * nb if lens is None else list(lens)
+    acts = _activations(op, activations, alpha, beta, nd)
+    cl = (lambda v: np.clip(v, -clip, clip)) if clip is not None else (lambda v: v)
+    Y, Yh, Yc = np.zeros((T, nd, nb, H)), np.zeros((nd, nb, H)), np.zeros((nd, nb, H))
+    for d in range(nd):
+        rev = direction == "reverse" or d == 1
+        w, r, wb, rb, p = W[d], R[d], B[d, :G * H], B[d, G * H:], P[d]
+        gate = lambda m, k: m[k * H:(k + 1) * H]  # noqa: E731  (rows/entries of gate k)
+        for b in range(nb):
+            h, c = h0[d, b].copy(), c0[d, b].copy()
+            steps = range(lens[b] - 1, -1, -1) if rev else range(lens[b])
+            for t in steps:
+                x = X[t, b]
+                if op == "RNN":
+                    (f,) = acts[d]
+                    h = f(cl(w @ x + r @ h + wb + rb))
+                elif op == "GRU":
+                    f, g = acts[d]
+                    z = f(cl(gate(w, 0) @ x + gate(r, 0) @ h + gate(wb, 0) + gate(rb, 0)))
+                    rr = f(cl(gate(w, 1) @ x + gate(r, 1) @ h + gate(wb, 1) + gate(rb, 1)))
+                    if linear_before_reset:
+                        hh = g(cl(gate(w, 2) @ x + rr * (gate(r, 2) @ h + gate(rb, 2)) + gate(wb, 2)))
+                    else:
+                        hh = g(cl(gate(w, 2) @ x + gate(r, 2) @ (rr * h) + gate(rb, 2) + gate(wb, 2)))
+                    h = (1 - z) * hh + z * h
+                else:  # LSTM, gates i o f c, peepholes i o f
+                    f, g, hf = acts[d]
+                    pre = [gate(w, k) @ x + gate(r, k) @ h + gate(wb, k) + gate(rb, k) for k in range(4)]
+                    i = f(cl(pre[0] + gate(p, 0) * c))
+                    ff = 1 - i if input_forget else f(cl(pre[2] + gate(p, 2) * c))
+                    c = ff * c + i * g(cl(pre[3]))
+                    o = f(cl(pre[1] + gate(p, 1) * c))
+                    h = o * hf(c)
+                Y[t, d, b] = h
+            Yh[d, b], Yc[d, b] = h, c
+    if layout == 1:
+        return Y.transpose(2, 0, 1, 3), Yh.transpose(1, 0, 2), Yc.transpose(1, 0, 2)
+    return Y, Yh, Yc
+
+
+# -- inputs and comparison -----------------------------------------------------------------------
+
+def make_inputs(op, *, T=4, nb=3, I=2, H=3, nd=1, layout=0, seed=0, bias=True, lens=None, init=False,
+                peep=False, dtype=np.float32):
+    """[X, W, R, B, sequence_lens, initial_h, (initial_c, P)] with None for what is left out."""
+    rng = np.random.default_rng(seed)
+    G = GATES[op]
+    u = lambda *s: rng.uniform(-1, 1, s).astype(dtype)  # noqa: E731
+    X = u(T, nb, I) if layout == 0 else u(nb, T, I)
+    state = (nd, nb, H) if layout == 0 else (nb, nd, H)
+    ins = [X, u(nd, G * H, I), u(nd, G * H, H), u(nd, 2 * G * H) if bias else None,
+           None if lens is None else np.array(lens, np.int32), u(*state) if init else None]
+    if op == "LSTM":
+        ins += [u(*state) if init else None, u(nd, 3 * H) if peep else None]
+    return ins
+
+
+def tolerance(dtype):
+    return {np.dtype(np.float16): 5e-3, np.dtype(ml_dtypes.bfloat16): 4e-2,
+            np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-12}[np.dtype(dtype)]
+
+
+def check(op, version, ins, n_outputs=None, **attrs):
+    n_outputs = n_outputs or (3 if op == "LSTM" else 2)
+    got = run_node(op, version, ins, n_outputs=n_outputs, **attrs)
+    ref_attrs = {{"activation_alpha": "alpha", "activation_beta": "beta"}.get(k, k): v for k, v in attrs.items()
+                 if k not in ("hidden_size", "output_sequence")}
+    exp = reference(op, *ins, **ref_attrs)[:n_outputs]
+    dt = ins[0].dtype
+    tol = tolerance(dt)
+    for g, e in zip(got, exp):
+        assert type(g) is np.ndarray and g.dtype == dt and g.shape == e.shape, (g.dtype, g.shape, e.shape)
+        np.testing.assert_allclose(g.astype(np.float64), e, rtol=tol, atol=tol)
+    return got
+
+
+# -- every version and type ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("op", list(GATES))
+def test_versions_are_all_listed(op):
+    assert ALL_VERSIONS[op] == {"RNN": [1, 7, 14, 22], "GRU": [1, 3, 7, 14, 22], "LSTM": [1, 7, 14, 22]}[op]
+
+
+@pytest.mark.parametrize("op,version,tname", [(op, *p.values) for op in GATES
+                                              for p in type_params(op, ALL_VERSIONS[op])])
+def test_every_version_and_type(op, version, tname):
+    dt = np_type(tname)
+    ins = make_inputs(op, nd=2, init=True, peep=True, lens=[4, 2, 3], dtype=np.float64)
+    ins = [None if v is None else v if v.dtype.kind == "i" else v.astype(dt) for v in ins]
+    check(op, version, ins, direction="bidirectional")
+
+
+@pytest.mark.parametrize("op", list(GATES))
+def test_sequence_lens_type_is_int32(op):
+    for v in ALL_VERSIONS[op]:
+        (t1,) = [t for t in onnx.defs.get_schema(op, v).type_constraints if t.type_param_str == "T1"]
+        assert list(t1.allowed_type_strs) == ["tensor(int32)"]
+
+
+# -- semantics -----------------------------------------------------------------------------------
+
+CASES = [  # (direction, lens, init)
+    ("forward", None, False), ("reverse", None, False), ("bidirectional", None, False),
+    ("forward", [4, 1, 3], True), ("reverse", [2, 4, 0], True), ("bidirectional", [3, 1, 4], True),
+    ("bidirectional", [4, 4, 4], False), ("reverse", None, True),
+]
+
+
+@pytest.mark.parametrize("layout", [0, 1])
+@pytest.mark.parametrize("direction,lens,init", CASES)
+@pytest.mark.parametrize("op", list(GATES))
+def test_directions_layouts_lengths(op, direction, lens, init, layout):
+    nd = 2 if direction == "bidirectional" else 1
+    ins = make_inputs(op, nd=nd, layout=layout, lens=lens, init=init, peep=init, seed=len(str(lens)))
+    attrs = {"direction": direction}
+    if layout:
+        attrs["layout"] = 1
+    Y, *_ = check(op, 22 if layout else 7, ins, **attrs)
+    if lens is not None:  # beyond each sequence's length Y is zero
+        Yt = Y if layout == 0 else Y.transpose(1, 2, 0, 3)
+        for b, n in enumerate(lens):
+            assert not Yt[n:, :, b].any()
+
+
+@pytest.mark.parametrize("version", [7, 14])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+def test_gru_linear_before_reset(version, direction):
+    nd = 2 if direction == "bidirectional" else 1
+    for lbr in (0, 1):
+        check("GRU", version, make_inputs("GRU", nd=nd, init=True, lens=[3, 4, 1]), direction=direction,
+              linear_before_reset=lbr, hidden_size=3)
+
+
+def test_gru_linear_before_reset_changes_the_result():
+    ins = make_inputs("GRU", seed=3)
+    a = run_node("GRU", 7, ins, n_outputs=2, linear_before_reset=0)[1]
+    b = run_node("GRU", 7, ins, n_outputs=2, linear_before_reset=1)[1]
+    assert np.abs(a - b).max() > 1e-3
+
+
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_lstm_peepholes_and_input_forget(direction):
+    nd = 2 if direction == "bidirectional" else 1
+    for input_forget in (0, 1):
+        for peep in (False, True):
+            ins = make_inputs("LSTM", nd=nd, init=True, peep=peep, lens=[2, 4, 3], seed=7)
+            check("LSTM", 14, ins, direction=direction, input_forget=input_forget)
+
+
+@pytest.mark.parametrize("op", list(GATES))
+def test_clip(op):
+    ins = make_inputs(op, init=True, seed=4)
+    ins[0] = ins[0] * 8
+    clipped = check(op, 14, ins, clip=0.25)
+    unclipped = run_node(op, 14, ins, n_outputs=2)
+    assert np.abs(clipped[1] - unclipped[1]).max() > 1e-2
+
+
+ACTS = ["Relu", "Tanh", "Sigmoid", "Affine", "LeakyRelu", "ThresholdedRelu", "ScaledTanh", "HardSigmoid",
+        "Elu", "Softsign", "Softplus"]
+
+
+@pytest.mark.parametrize("given", [False, True])
+@pytest.mark.parametrize("act", ACTS)
+def test_rnn_every_activation(act, given):
+    attrs = {"activations": [act]}
+    if given:
+        attrs.update(activation_alpha=[0.7], activation_beta=[0.3])
+    ins = make_inputs("RNN", init=True, seed=11)
+    ins[0] = ins[0] * 3
+    check("RNN", 14, ins, **attrs)
+
+
+def test_activations_per_direction_and_parameter_order():
+    # alpha/beta are consumed in order by the functions that take them, forward then reverse
+    acts = ["HardSigmoid", "LeakyRelu", "Affine", "Sigmoid", "Elu", "ScaledTanh"]
+    ins = make_inputs("LSTM", nd=2, init=True, peep=True, lens=[4, 3, 2], seed=5)
+    check("LSTM", 22, ins, direction="bidirectional", activations=acts,
+          activation_alpha=[0.3, 0.2, 1.5, 0.9, 0.8], activation_beta=[0.4, -0.25, 2.0])
+    check("GRU", 22, make_inputs("GRU", nd=2, seed=6), direction="bidirectional",
+          activations=["Softsign", "Relu", "Sigmoid", "Softplus"])
+    # a bidirectional node given one direction's list uses it for both
+    check("GRU", 22, make_inputs("GRU", nd=2, seed=6), direction="bidirectional",
+          activations=["HardSigmoid", "Softsign"], activation_alpha=[0.25])
+
+
+def test_rnn_schema_default_activation_list():
+    # RNN's schema default is [Tanh, Tanh]; a forward node spelling it out uses the first one
+    check("RNN", 7, make_inputs("RNN", seed=2), activations=["Tanh", "Tanh"])
+
+
+def test_rnn_hand_computed():
+    # H = I = 1, W = 2, R = 0.5, Wb = 1, Relu: Ht = relu(2 x + 0.5 Ht-1 + 1)
+    X = np.array([1, -1, 3], np.float32).reshape(3, 1, 1)
+    W, R, B = (np.array(v, np.float32).reshape(s) for v, s in (([2], (1, 1, 1)), ([0.5], (1, 1, 1)),
+                                                                  ([1, 0], (1, 2))))
+    Y, Yh = run_node("RNN", 14, [X, W, R, B], n_outputs=2, activations=["Relu"])
+    np.testing.assert_array_equal(Y.ravel(), [3, 0.5, 7.25])
+    np.testing.assert_array_equal(Yh.ravel(), [7.25])
+    # reverse with sequence length 2: steps t=1 then t=0; t=2 is padding
+    Y, Yh = run_node("RNN", 14, [X, W, R, B, np.array([2], np.int32)], n_outputs=2, activations=["Relu"],
+                     direction="reverse")
+    np.testing.assert_array_equal(Y.ravel(), [3, 0, 0])
+    np.testing.assert_array_equal(Yh.ravel(), [3])
+
+
+def test_zero_length_sequence_keeps_the_initial_state():
+    ins = make_inputs("LSTM", init=True, lens=[0, 4, 2], nd=2)
+    Y, Yh, Yc = check("LSTM", 7, ins, direction="bidirectional")
+    np.testing.assert_array_equal(Yh[:, 0], ins[5][:, 0])
+    np.testing.assert_array_equal(Yc[:, 0], ins[6][:, 0])
+    assert not Y[:, :, 0].any()
+
+
+@pytest.mark.parametrize("op", list(GATES))
+def test_old_versions(op):
+    """Version 1 forms: output_sequence (and GRU-1's "foward" default direction)."""
+    ins = make_inputs(op, init=True, lens=[4, 2, 3])
+    check(op, 1, ins, output_sequence=1)
+    check(op, 1, ins)
+    check(op, 1, make_inputs(op, nd=2, seed=9), direction="bidirectional")
+    if op == "GRU":
+        check("GRU", 3, ins, linear_before_reset=1, output_sequence=1)
+
+
+@pytest.mark.parametrize("op", list(GATES))
+def test_optional_inputs_omitted_in_the_middle(op):
+    ins = make_inputs(op, init=True, peep=True, bias=False)           # B and sequence_lens omitted
+    check(op, 22, ins)
+    if op == "LSTM":
+        ins = make_inputs(op, init=True, peep=True)
+        ins[5] = None                                                  # initial_h omitted, c and P given
+        check(op, 22, ins)
+
+
+@pytest.mark.parametrize("outputs", [["Y"], ["", "Y_h"], ["Y", ""], ["", "", "Y_c"], ["", "Y_h", ""]])
+@pytest.mark.parametrize("op", list(GATES))
+def test_optional_outputs_omitted(op, outputs):
+    if op != "LSTM" and len(outputs) == 3:
+        return
+    ins = make_inputs(op, init=True, lens=[3, 4, 2])
+    names = ["X", "W", "R", "B", "L", "h0"] + (["c0"] if op == "LSTM" else [])
+    node = helper.make_node(op, names, outputs, name=NODE)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info(n, elem_type(v.dtype), v.shape) for n, v in zip(names, ins)],
+        [helper.make_empty_tensor_value_info(o) for o in outputs if o])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)], ir_version=10)
+    got = onnx_mini.prepare(model).run(ins[:len(names)])
+    exp = dict(zip(["Y", "Y_h", "Y_c"], reference(op, *ins)))
+    for g, o in zip(got, [o for o in outputs if o]):
+        np.testing.assert_allclose(g, exp[o], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", list(GATES))
+def test_empty_sequence_and_batch(op):
+    nout = 3 if op == "LSTM" else 2
+    ins = make_inputs(op, T=0, init=True)
+    Y, Yh, *rest = run_node(op, 14, ins, n_outputs=nout)
+    assert Y.shape == (0, 1, 3, 3)
+    np.testing.assert_array_equal(Yh, ins[5])
+    ins = make_inputs(op, nb=0, init=True, lens=[], layout=1)
+    Y, Yh, *rest = run_node(op, 14, ins, n_outputs=nout, layout=1)
+    assert Y.shape == (0, 4, 1, 3) and Yh.shape == (0, 1, 3)
+
+
+@pytest.mark.parametrize("op", list(GATES))
+def test_hidden_size_attribute(op):
+    check(op, 7, make_inputs(op, H=5, I=4, seed=8), hidden_size=5)
+
+
+# -- errors --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op", list(GATES))
+@pytest.mark.parametrize("bad,pattern", [
+    (lambda ins: [ins[0], ins[1][:, :-1], *ins[2:]], "W has shape"),
+    (lambda ins: [ins[0], ins[1], ins[2][..., :-1], *ins[3:]], "expected"),
+    (lambda ins: [*ins[:3], ins[3][:, 1:], *ins[4:]], "B has shape"),
+    (lambda ins: [*ins[:4], np.array([5, 1, 1], np.int32), *ins[5:]], "sequence_lens"),
+    (lambda ins: [*ins[:5], ins[5][:, :2], *ins[6:]], "initial_h has shape"),
+    (lambda ins: [ins[0][0], *ins[1:]], "rank 3"),
+])
+def test_bad_inputs_name_the_node(op, bad, pattern):
+    ins = bad(make_inputs(op, init=True, lens=[4, 4, 4]))
+    with pytest.raises(KernelError, match=pattern) as e:
+        run_node(op, 22, ins, n_outputs=2)
+    assert NODE in str(e.value)
+
+
+@pytest.mark.parametrize("op,version,attrs", [
+    ("RNN", 22, {"direction": "sideways"}),
+    ("GRU", 22, {"layout": 2}),
+    ("LSTM", 22, {"activations": ["Sigmoid", "Tanh"]}),
+    ("LSTM", 22, {"activations": ["Sigmoid", "Tanh", "Gelu"]}),
+    ("RNN", 7, {"layout": 1}),                  # layout exists from version 14
+    ("RNN", 7, {"output_sequence": 1}),         # output_sequence only in version 1
+    ("GRU", 1, {"linear_before_reset": 1}),     # linear_before_reset from version 3
+    ("GRU", 7, {"output_sequence": 1}),
+    ("LSTM", 14, {"output_sequence": 1}),
+    ("RNN", 14, {"clip": -1.0}),
+])
+def test_bad_attributes_name_the_node(op, version, attrs):
+    with pytest.raises(InvalidNodeError) as e:
+        run_node(op, version, make_inputs(op), n_outputs=2, **attrs)
+    assert NODE in str(e.value)
+
+
+def test_mixed_types_are_an_error():
+    ins = make_inputs("GRU")
+    ins[2] = ins[2].astype(np.float64)
+    with pytest.raises(OnnxMiniError):
+        run_node("GRU", 22, ins, n_outputs=2)
+
+
+def test_large_batch_matches_reference():
+    """Bigger sizes through the vectorised path, bidirectional with ragged lengths and layout 1."""
+    lens = [7, 1, 5, 0, 7, 3]
+    ins = make_inputs("LSTM", T=7, nb=6, I=5, H=8, nd=2, layout=1, lens=lens, init=True, peep=True, seed=13)
+    check("LSTM", 22, ins, direction="bidirectional", layout=1, input_forget=1, clip=0.9)
