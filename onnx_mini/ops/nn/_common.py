@@ -42,8 +42,9 @@ def geometry(in_sizes, kernel, strides, dilations, pads, auto_pad: str, ceil_mod
         big = [t - t // 2 for t in total]
         begin, end = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
         return begin, end, out
-    if auto_pad == "VALID":
+    if auto_pad == "VALID":   # ceil((i - extent + 1) / s) with or without ceil_mode: the floor formula
         begin = end = [0] * r
+        ceil_mode = False
     else:
         p = list(pads) if pads else [0] * (2 * r)
         if len(p) != 2 * r:

@@ -1,0 +1,468 @@
+"""Spec tests for the pools: AveragePool, MaxPool, LpPool, Global{Average,Max,Lp}Pool, MaxUnpool, MaxRoiPool.
+
+Expected values come from hand computation or from slow loops written here from the spec text:
+output sizes by the documented floor/ceil formulas (windows starting in the right padding dropped),
+window cells visited one by one, pads that are not values (-inf for max, not counted for average
+unless count_include_pad, zeros for Lp), MaxPool indices as flat positions in (N, C, *spatial),
+row major or (storage_order=1) column major over the spatial axes, first maximum on ties.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from onnx_mini.errors import InvalidNodeError, KernelError
+
+from helpers import NODE, assert_same, np_type, run_node, sample, type_params, versions
+
+AVG, MAX, LP = "AveragePool", "MaxPool", "LpPool"
+VERSIONS = {op: versions(op) for op in (AVG, MAX, LP, "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool",
+                                        "MaxUnpool", "MaxRoiPool")}
+
+
+# -- slow references ------------------------------------------------------------------------------
+
+def out_size(i, k, s, d, b, e, ceil):
+    ext = (k - 1) * d + 1
+    o = (math.ceil if ceil else math.floor)((i + b + e - ext) / s) + 1
+    if ceil and (o - 1) * s >= i + b:      # a window starting in the right padding is ignored
+        o -= 1
+    return o
+
+
+def same_pads(sizes, kernel, strides, dil, mode):
+    begin, end = [], []
+    for i, k, s, d in zip(sizes, kernel, strides, dil):
+        total = max(0, (math.ceil(i / s) - 1) * s + (k - 1) * d + 1 - i)
+        small, big = total // 2, total - total // 2
+        begin.append(small if mode == "SAME_UPPER" else big)
+        end.append(big if mode == "SAME_UPPER" else small)
+    return begin, end
+
+
+def ref_pool(x, kind, kernel, strides=None, dil=None, pads=None, ceil=False, include_pad=False, p=2,
+             storage_order=0, auto_pad="NOTSET"):
+    """-> (Y as float64, flat indices) by visiting every window cell."""
+    r = len(kernel)
+    sizes = x.shape[2:]
+    strides = strides or [1] * r
+    dil = dil or [1] * r
+    if auto_pad != "NOTSET":   # SAME: ceil(i / s); VALID: ceil((i - extent + 1) / s); both for any ceil_mode
+        ceil = False
+    if auto_pad.startswith("SAME"):
+        begin, end = same_pads(sizes, kernel, strides, dil, auto_pad)
+    else:
+        pads = pads if pads and auto_pad == "NOTSET" else [0] * (2 * r)
+        begin, end = pads[:r], pads[r:]
+    outs = [out_size(*a, ceil) for a in zip(sizes, kernel, strides, dil, begin, end)]
+    if auto_pad.startswith("SAME"):
+        assert outs == [math.ceil(i / s) for i, s in zip(sizes, strides)]
+    y = np.zeros(x.shape[:2] + tuple(outs))
+    idx = np.zeros(y.shape, dtype=np.int64)
+    for n, c, *o in np.ndindex(*y.shape):
+        vals, where, npad = [], [], 0
+        for tap in np.ndindex(*kernel):
+            pos = [oo * s - b + t * d for oo, s, b, t, d in zip(o, strides, begin, tap, dil)]
+            if all(0 <= q < i for q, i in zip(pos, sizes)):
+                vals.append(float(x[(n, c, *pos)]))
+                where.append(pos)
+            elif all(-b <= q < i + e for q, i, b, e in zip(pos, sizes, begin, end)):
+                npad += 1
+        if kind == MAX:
+            m = max(vals)
+            pos = where[vals.index(m)]
+            if storage_order:
+                flat = sum(q * math.prod(sizes[:d]) for d, q in enumerate(pos))
+            else:
+                flat = sum(q * math.prod(sizes[d + 1:]) for d, q in enumerate(pos))
+            y[(n, c, *o)], idx[(n, c, *o)] = m, (n * x.shape[1] + c) * math.prod(sizes) + flat
+        elif kind == AVG:
+            y[(n, c, *o)] = sum(vals) / (len(vals) + (npad if include_pad else 0))
+        else:
+            y[(n, c, *o)] = sum(abs(v) ** p for v in vals) ** (1 / p)
+    return y, idx
+
+
+def data(shape, seed=0, dtype=np.float32):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+# -- every version x type -------------------------------------------------------------------------
+
+def typed_input(tname):
+    x = sample(tname, (2, 3, 3, 4))
+    return x, x.astype(np.float64)
+
+
+@pytest.mark.parametrize("version,tname", type_params(MAX, VERSIONS[MAX]))
+def test_maxpool_every_type(version, tname):
+    x, xf = typed_input(tname)
+    exp, idx = ref_pool(xf, MAX, [2, 2], pads=[1, 0, 0, 1])
+    n_out = 1 if version == 1 else 2
+    got = run_node(MAX, version, [x], n_outputs=n_out, kernel_shape=[2, 2], pads=[1, 0, 0, 1])
+    if n_out == 1:
+        assert_same(got, exp.astype(x.dtype))
+    else:
+        assert_same(got[0], exp.astype(x.dtype))
+        assert_same(got[1], idx)
+
+
+@pytest.mark.parametrize("version,tname", type_params(AVG, VERSIONS[AVG]))
+def test_averagepool_every_type(version, tname):
+    x, xf = typed_input(tname)       # sums of 1, 2 or 4 FP4 values: every average is exact
+    exp, _ = ref_pool(xf, AVG, [2, 2], strides=[1, 2], pads=[1, 0, 0, 0])
+    got = run_node(AVG, version, [x], kernel_shape=[2, 2], strides=[1, 2], pads=[1, 0, 0, 0])
+    assert_same(got, exp.astype(x.dtype))
+
+
+@pytest.mark.parametrize("version,tname", type_params(LP, VERSIONS[LP]))
+def test_lppool_every_type(version, tname):
+    x, xf = typed_input(tname)
+    exp, _ = ref_pool(xf, LP, [2, 2], pads=[0, 1, 0, 1], p=1)
+    p = 1.0 if version == 1 else 1      # a float attribute in version 1, an int from 2 on
+    assert_same(run_node(LP, version, [x], kernel_shape=[2, 2], pads=[0, 1, 0, 1], p=p), exp.astype(x.dtype))
+
+
+@pytest.mark.parametrize("version,tname", type_params("GlobalMaxPool", VERSIONS["GlobalMaxPool"]))
+def test_globalmaxpool_every_type(version, tname):
+    x = sample(tname, (2, 3, 2, 5))
+    exp = x.astype(np.float64).max(axis=(2, 3), keepdims=True).astype(x.dtype)
+    assert_same(run_node("GlobalMaxPool", version, [x]), exp)
+
+
+@pytest.mark.parametrize("version,tname", type_params("GlobalAveragePool", VERSIONS["GlobalAveragePool"]))
+def test_globalaveragepool_every_type(version, tname):
+    x = sample(tname, (2, 3, 2, 2))   # averages of 4 FP4 values: exact
+    exp = x.astype(np.float64).mean(axis=(2, 3), keepdims=True).astype(x.dtype)
+    assert_same(run_node("GlobalAveragePool", version, [x]), exp)
+
+
+@pytest.mark.parametrize("version,tname", type_params("GlobalLpPool", VERSIONS["GlobalLpPool"]))
+def test_globallppool_every_type(version, tname):
+    x = sample(tname, (2, 3, 2, 5))
+    exp = np.abs(x.astype(np.float64)).sum(axis=(2, 3), keepdims=True).astype(x.dtype)
+    assert_same(run_node("GlobalLpPool", version, [x], p=1.0 if version == 1 else 1), exp)
+
+
+@pytest.mark.parametrize("version,tname", type_params("MaxUnpool", VERSIONS["MaxUnpool"], "T1"))
+def test_maxunpool_every_type(version, tname):
+    x = sample(tname, (1, 2, 2, 2))
+    ind = np.array([[[[0, 3], [9, 14]], [[17, 18], [24, 31]]]], dtype=np.int64)
+    exp = np.zeros(32, dtype=x.dtype)
+    exp[ind.reshape(-1)] = x.reshape(-1)
+    got = run_node("MaxUnpool", version, [x, ind], kernel_shape=[2, 2], strides=[2, 2])
+    assert_same(got, exp.reshape(1, 2, 4, 4))
+
+
+@pytest.mark.parametrize("version,tname", type_params("MaxRoiPool", VERSIONS["MaxRoiPool"]))
+def test_maxroipool_every_type(version, tname):
+    x = sample(tname, (1, 2, 4, 4))
+    rois = np.array([[0, 0, 0, 3, 3], [0, 1, 1, 2, 2]], dtype=x.dtype)
+    exp = ref_roi(x.astype(np.float64), rois.astype(np.float64), (2, 2), 1.0).astype(x.dtype)
+    assert_same(run_node("MaxRoiPool", version, [x, rois], pooled_shape=[2, 2]), exp)
+
+
+# -- hand-computed values ------------------------------------------------------------------------
+
+X44 = np.arange(1, 17, dtype=np.float32).reshape(1, 1, 4, 4)
+
+
+def test_maxpool_hand_values():
+    # 3x3 stride 2, ceil_mode: windows rows/cols {0,1,2} and {2,3}
+    assert_same(run_node(MAX, 22, [X44], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
+                np.array([[[[11, 12], [15, 16]]]], np.float32))
+    # floor mode: a single window
+    assert_same(run_node(MAX, 22, [X44], kernel_shape=[3, 3], strides=[2, 2]), np.array([[[[11]]]], np.float32))
+
+
+def test_averagepool_hand_values():
+    # ceil_mode: the partial windows average their 6 and 4 real cells
+    assert_same(run_node(AVG, 22, [X44], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
+                np.array([[[[6, 7.5], [12, 13.5]]]], np.float32))
+    # pads 1: corner window holds 1, 2, 5, 6 and 5 pads -> 14/4, or 14/9 counting the pads
+    got = run_node(AVG, 22, [X44], kernel_shape=[3, 3], strides=[3, 3], pads=[1, 1, 1, 1])
+    assert got[0, 0, 0, 0] == np.float32(14 / 4)
+    got = run_node(AVG, 22, [X44], kernel_shape=[3, 3], strides=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1)
+    assert got[0, 0, 0, 0] == np.float32(14 / 9)
+
+
+def test_maxpool_indices_hand_values():
+    x = np.arange(1, 26, dtype=np.float32).reshape(1, 1, 5, 5)
+    y, i = run_node(MAX, 12, [x], n_outputs=2, kernel_shape=[2, 2], strides=[2, 2])
+    assert_same(y, np.array([[[[7, 9], [17, 19]]]], np.float32))
+    assert_same(i, np.array([[[[6, 8], [16, 18]]]], np.int64))
+    y, i = run_node(MAX, 12, [x], n_outputs=2, kernel_shape=[2, 2], strides=[2, 2], storage_order=1)
+    assert_same(i, np.array([[[[6, 16], [8, 18]]]], np.int64))     # (h, w) -> h + 5 w
+
+
+def test_maxpool_ties_pick_first():
+    x = np.array([[[[1, 3, 3], [3, 2, 3]]]], np.float32)
+    y, i = run_node(MAX, 22, [x], n_outputs=2, kernel_shape=[2, 2])
+    assert_same(y, np.array([[[[3, 3]]]], np.float32))
+    assert_same(i, np.array([[[[1, 1]]]], np.int64))
+    y, i = run_node(MAX, 22, [x], n_outputs=2, kernel_shape=[2, 2], storage_order=1)
+    assert_same(i, np.array([[[[2, 2]]]], np.int64))   # (0, 1) -> 0 + 1 * 2 in column major
+
+
+def test_lppool_hand_values():
+    x = np.array([[[3, -4, 12, 0]]], np.float64)
+    assert_same(run_node(LP, 22, [x], kernel_shape=[2], strides=[2]), np.array([[[5, 12]]], np.float64))
+    assert_same(run_node(LP, 22, [x], kernel_shape=[2], p=1), np.array([[[7, 16, 12]]], np.float64))
+
+
+# -- attributes against the slow reference -------------------------------------------------------
+
+CASES = [  # (input shape, attributes, version at least)
+    ((2, 3, 7), dict(kernel_shape=[3]), 1),
+    ((1, 2, 7), dict(kernel_shape=[3], strides=[2], pads=[2, 1]), 1),
+    ((1, 2, 6, 7), dict(kernel_shape=[3, 2], strides=[2, 3], pads=[1, 0, 1, 1]), 1),
+    ((1, 2, 5, 5, 4), dict(kernel_shape=[2, 3, 2], strides=[2, 1, 2], pads=[1, 1, 0, 0, 1, 1]), 1),
+    ((1, 2, 6, 7), dict(kernel_shape=[3, 3], auto_pad="SAME_UPPER", strides=[2, 2]), 1),
+    ((1, 2, 6, 7), dict(kernel_shape=[2, 3], auto_pad="SAME_LOWER", strides=[1, 2]), 1),
+    ((1, 2, 6, 7), dict(kernel_shape=[4, 2], auto_pad="SAME_LOWER"), 1),
+    ((1, 2, 6, 7), dict(kernel_shape=[3, 3], auto_pad="VALID", strides=[2, 2]), 1),
+    ((1, 2, 6, 7), dict(kernel_shape=[3, 3], auto_pad="NOTSET", pads=[1, 1, 1, 1]), 1),
+    ((1, 2, 6, 7), dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1), 10),
+    ((1, 2, 6, 7), dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1, auto_pad="VALID"), 10),
+    ((1, 2, 6, 7), dict(kernel_shape=[3, 2], strides=[2, 3], ceil_mode=1, auto_pad="SAME_LOWER"), 10),
+    ((1, 2, 5, 7), dict(kernel_shape=[2, 3], strides=[3, 2], pads=[1, 0, 1, 2], ceil_mode=1), 10),
+    ((1, 1, 2, 2), dict(kernel_shape=[3, 3], strides=[3, 3], pads=[1, 1, 1, 1], ceil_mode=1), 10),
+    ((1, 1, 2, 2), dict(kernel_shape=[1, 1], strides=[2, 2], ceil_mode=1), 10),
+    ((1, 2, 8, 7), dict(kernel_shape=[2, 2], dilations=[2, 3]), "dil"),
+    ((1, 2, 8, 9), dict(kernel_shape=[3, 2], dilations=[2, 2], strides=[2, 3], pads=[2, 1, 0, 2]), "dil"),
+    ((1, 2, 9, 8), dict(kernel_shape=[3, 3], dilations=[2, 2], strides=[2, 2], ceil_mode=1), "dil"),
+    ((1, 1, 6, 7, 5), dict(kernel_shape=[2, 2, 2], dilations=[2, 1, 2], auto_pad="SAME_UPPER"), "dil"),
+]
+FIRST = {MAX: {"dil": 10}, AVG: {"dil": 19}, LP: {"dil": 18, 10: 18}}
+
+
+def case_versions(op, since):
+    first = FIRST[op].get(since, since)
+    return [v for v in VERSIONS[op] if v >= first]
+
+
+def ref_args(attrs, p=2, include_pad=False, storage_order=0):
+    return dict(strides=attrs.get("strides"), dil=attrs.get("dilations"), pads=attrs.get("pads"),
+                ceil=bool(attrs.get("ceil_mode", 0)), auto_pad=attrs.get("auto_pad", "NOTSET"), p=p,
+                include_pad=include_pad, storage_order=storage_order)
+
+
+@pytest.mark.parametrize("op", [MAX, AVG, LP])
+@pytest.mark.parametrize("shape,attrs,since", CASES)
+def test_attributes_against_reference(op, shape, attrs, since):
+    x = data(shape)
+    exp, idx = ref_pool(x.astype(np.float64), op, attrs["kernel_shape"], **ref_args(attrs))
+    for v in case_versions(op, since):
+        if op == MAX and v >= 8:
+            y, i = run_node(op, v, [x], n_outputs=2, **attrs)
+            assert_same(i, idx)
+        else:
+            y = run_node(op, v, [x], **attrs)
+        assert y.dtype == np.float32 and y.shape == exp.shape
+        np.testing.assert_allclose(y, exp, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape,attrs,since", CASES)
+def test_averagepool_count_include_pad(shape, attrs, since):
+    x = data(shape, seed=1)
+    exp, _ = ref_pool(x.astype(np.float64), AVG, attrs["kernel_shape"], **ref_args(attrs, include_pad=True))
+    for v in case_versions(AVG, since):
+        if v >= 7:
+            np.testing.assert_allclose(run_node(AVG, v, [x], count_include_pad=1, **attrs), exp, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape,attrs,since", CASES)
+def test_maxpool_indices_column_major(shape, attrs, since):
+    x = data(shape, seed=2)
+    exp, idx = ref_pool(x.astype(np.float64), MAX, attrs["kernel_shape"], **ref_args(attrs, storage_order=1))
+    for v in case_versions(MAX, since):
+        if v >= 8:
+            y, i = run_node(MAX, v, [x], n_outputs=2, storage_order=1, **attrs)
+            np.testing.assert_array_equal(y, exp.astype(np.float32))
+            assert_same(i, idx)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_lppool_p(p):
+    x = data((2, 2, 5, 6), seed=3, dtype=np.float64)
+    exp, _ = ref_pool(x, LP, [2, 3], strides=[1, 2], pads=[1, 0, 0, 1], p=p)
+    got = run_node(LP, 11, [x], kernel_shape=[2, 3], strides=[1, 2], pads=[1, 0, 0, 1], p=p)
+    np.testing.assert_allclose(got, exp, rtol=1e-12)
+    got = run_node(LP, 1, [x], kernel_shape=[2, 3], strides=[1, 2], pads=[1, 0, 0, 1], p=float(p))
+    np.testing.assert_allclose(got, exp, rtol=1e-12)
+
+
+def test_default_p_is_2():
+    x = np.array([[[3, 4]]], np.float32)
+    assert_same(run_node(LP, 22, [x], kernel_shape=[2]), np.array([[[5]]], np.float32))
+    assert_same(run_node("GlobalLpPool", 22, [x]), np.array([[[5]]], np.float32))
+    assert_same(run_node("GlobalLpPool", 1, [x]), np.array([[[5]]], np.float32))
+
+
+@pytest.mark.parametrize("tname", ["int8", "uint8"])
+def test_maxpool_integers_keep_type_and_extremes(tname):
+    dt = np_type(tname)
+    info = np.iinfo(dt)
+    x = np.array([[[[info.min, info.min, 5], [info.max, info.min, info.min]]]], dt)
+    y, i = run_node(MAX, 12, [x], n_outputs=2, kernel_shape=[2, 2], pads=[1, 1, 0, 0])
+    exp, idx = ref_pool(x.astype(np.float64), MAX, [2, 2], pads=[1, 1, 0, 0])
+    assert_same(y, exp.astype(dt))
+    assert_same(i, idx)
+
+
+def test_maxpool_nan_and_inf():
+    x = np.array([[[1, np.nan, 2, -np.inf, -np.inf]]], np.float32)
+    got = run_node(MAX, 22, [x], kernel_shape=[2], strides=[2], ceil_mode=1)
+    np.testing.assert_array_equal(got, np.array([[[np.nan, 2, -np.inf]]], np.float32))
+
+
+def test_empty_batch():
+    x = np.zeros((0, 3, 4, 4), np.float32)
+    assert_same(run_node(MAX, 22, [x], kernel_shape=[2, 2]), np.zeros((0, 3, 3, 3), np.float32))
+    assert_same(run_node(AVG, 22, [x], kernel_shape=[2, 2], pads=[1, 1, 1, 1]), np.zeros((0, 3, 5, 5), np.float32))
+    assert_same(run_node("GlobalAveragePool", 22, [x]), np.zeros((0, 3, 1, 1), np.float32))
+
+
+def test_global_pools_nd():
+    x = data((2, 3, 2, 3, 4), seed=4, dtype=np.float64)
+    np.testing.assert_allclose(run_node("GlobalAveragePool", 1, [x]), x.mean(axis=(2, 3, 4), keepdims=True))
+    assert_same(run_node("GlobalMaxPool", 1, [x]), x.max(axis=(2, 3, 4), keepdims=True))
+    np.testing.assert_allclose(run_node("GlobalLpPool", 2, [x], p=3),
+                               (np.abs(x) ** 3).sum(axis=(2, 3, 4), keepdims=True) ** (1 / 3))
+    x1 = data((2, 3, 5), seed=5)
+    assert_same(run_node("GlobalMaxPool", 22, [x1]), x1.max(axis=2, keepdims=True))
+
+
+def test_maxpool_without_indices_output_in_version_8():
+    x = data((1, 2, 4, 4))
+    exp, _ = ref_pool(x.astype(np.float64), MAX, [2, 2], strides=[2, 2])
+    assert_same(run_node(MAX, 8, [x], kernel_shape=[2, 2], strides=[2, 2]), exp.astype(np.float32))
+
+
+# -- MaxUnpool ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("version", VERSIONS["MaxUnpool"])
+def test_maxunpool_inverts_maxpool(version):
+    x = data((2, 3, 6, 5), seed=6)
+    y, i = run_node(MAX, 12, [x], n_outputs=2, kernel_shape=[2, 2], strides=[2, 2])
+    # from the MaxPool's input shape: every max back at its place, zeros elsewhere
+    got = run_node("MaxUnpool", version, [y, i, np.array(x.shape, np.int64)], kernel_shape=[2, 2], strides=[2, 2])
+    exp = np.zeros(x.size, np.float32)
+    exp[i.reshape(-1)] = y.reshape(-1)
+    assert_same(got, exp.reshape(x.shape))
+    # pooling the unpooled tensor gives back the pooled values
+    again = run_node(MAX, 12, [got], kernel_shape=[2, 2], strides=[2, 2])
+    assert_same(again, y)
+
+
+def test_maxunpool_with_output_shape_keeps_coordinates():
+    # indices into the inferred 4x4 output; a 5x5 output_shape keeps each cell's (h, w)
+    x = np.array([[[[5, 6], [7, 8]]]], np.float32)
+    ind = np.array([[[[5, 7], [13, 15]]]], np.int64)
+    got = run_node("MaxUnpool", 22, [x, ind, np.array([1, 1, 5, 5], np.int64)], kernel_shape=[2, 2], strides=[2, 2])
+    exp = np.zeros((1, 1, 5, 5), np.float32)
+    exp[0, 0, 1, 1], exp[0, 0, 1, 3], exp[0, 0, 3, 1], exp[0, 0, 3, 3] = 5, 6, 7, 8
+    assert_same(got, exp)
+
+
+def test_maxunpool_pads_and_1d():
+    x = np.array([[[4, 9]]], np.float32)
+    ind = np.array([[[0, 3]]], np.int64)
+    # (2 - 1) * 2 + 3 - 1 - 0 = 4 cells
+    got = run_node("MaxUnpool", 11, [x, ind], kernel_shape=[3], strides=[2], pads=[1, 0])
+    assert_same(got, np.array([[[4, 0, 0, 9]]], np.float32))
+
+
+def test_maxunpool_bad_index():
+    x = np.array([[[4, 9]]], np.float32)
+    with pytest.raises(KernelError, match=NODE):
+        run_node("MaxUnpool", 11, [x, np.array([[[0, 7]]], np.int64)], kernel_shape=[2], strides=[2])
+    with pytest.raises(KernelError, match=NODE):
+        run_node("MaxUnpool", 11, [x, np.array([[[-1, 2]]], np.int64)], kernel_shape=[2], strides=[2])
+
+
+# -- MaxRoiPool -----------------------------------------------------------------------------------
+
+def ref_roi(x, rois, pooled, scale):
+    """Fast R-CNN RoI max pooling: box corners scaled and rounded (half away from zero), inclusive;
+    each bin spans [floor(p * size / pooled), ceil((p + 1) * size / pooled)) offset by the start,
+    clipped to the map; empty bins give 0."""
+    rnd = (lambda v: math.floor(abs(v) + 0.5) * (1 if v >= 0 else -1))
+    ph, pw = pooled
+    c, h, w = x.shape[1:]
+    y = np.zeros((len(rois), c, ph, pw))
+    for k, (b, x1, y1, x2, y2) in enumerate(rois):
+        sw, sh, ew, eh = (rnd(v * scale) for v in (x1, y1, x2, y2))
+        rh, rw = max(eh - sh + 1, 1), max(ew - sw + 1, 1)
+        for i in range(ph):
+            hs = min(max(math.floor(i * rh / ph) + sh, 0), h)
+            he = min(max(math.ceil((i + 1) * rh / ph) + sh, 0), h)
+            for j in range(pw):
+                ws = min(max(math.floor(j * rw / pw) + sw, 0), w)
+                we = min(max(math.ceil((j + 1) * rw / pw) + sw, 0), w)
+                for ch in range(c):
+                    if he > hs and we > ws:
+                        y[k, ch, i, j] = x[int(b), ch, hs:he, ws:we].max()
+    return y
+
+
+def test_maxroipool_hand_values():
+    x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    # roi (x1=0, y1=0, x2=3, y2=3): 4x4 cells in 2x2 bins of 2x2
+    got = run_node("MaxRoiPool", 1, [x, np.array([[0, 0, 0, 3, 3]], np.float32)], pooled_shape=[2, 2])
+    assert_same(got, np.array([[[[5, 7], [13, 15]]]], np.float32))
+    # spatial_scale 0.5 halves the box to (0, 0)..(1, 2) rounded: rows 0-2, cols 0-1
+    got = run_node("MaxRoiPool", 1, [x, np.array([[0, 0, 0, 2, 4]], np.float32)], pooled_shape=[1, 1],
+                   spatial_scale=0.5)
+    assert_same(got, np.array([[[[9]]]], np.float32))
+
+
+def test_maxroipool_against_reference():
+    x = data((2, 3, 9, 11), seed=7)
+    rois = np.array([[0, 0, 0, 10, 8], [1, 2.4, 3.6, 7.5, 5], [1, -3, -2, 4, 3], [0, 9, 7, 30, 20],
+                     [1, 5, 5, 5, 5], [0, 6, 2, 3, 1]], np.float32)
+    for pooled, scale in (((2, 3), 1.0), ((3, 2), 0.5), ((4, 4), 0.8)):
+        exp = ref_roi(x.astype(np.float64), rois.astype(np.float64), pooled, scale)
+        got = run_node("MaxRoiPool", 22, [x, rois], pooled_shape=list(pooled), spatial_scale=scale)
+        assert_same(got, exp.astype(np.float32))
+
+
+def test_maxroipool_bad_batch_index():
+    x = data((1, 1, 4, 4))
+    with pytest.raises(KernelError, match=NODE):
+        run_node("MaxRoiPool", 22, [x, np.array([[1, 0, 0, 1, 1]], np.float32)], pooled_shape=[1, 1])
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op,version", [(MAX, 1), (MAX, 22), (AVG, 7), (AVG, 22), (LP, 2), (LP, 22)])
+def test_kernel_larger_than_padded_input(op, version):
+    x = data((1, 1, 3, 3))
+    with pytest.raises(KernelError, match=NODE):
+        run_node(op, version, [x], kernel_shape=[4, 2], pads=[0, 0, 0, 0])
+    run_node(op, version, [x], kernel_shape=[4, 2], pads=[1, 0, 0, 0])     # fits once padded
+
+
+@pytest.mark.parametrize("op", [MAX, AVG, LP])
+def test_bad_attributes(op):
+    x = data((1, 1, 3, 3))
+    with pytest.raises(InvalidNodeError, match=f"{NODE}.*auto_pad"):
+        run_node(op, 11, [x], kernel_shape=[2, 2], auto_pad="SAME")
+    with pytest.raises(InvalidNodeError, match=f"{NODE}.*kernel_shape"):
+        run_node(op, 11, [x])
+    with pytest.raises(InvalidNodeError, match=f"{NODE}.*pads"):
+        run_node(op, 11, [x], kernel_shape=[2, 2], pads=[1, 1])
+    with pytest.raises(InvalidNodeError, match=f"{NODE}.*strides"):
+        run_node(op, 11, [x], kernel_shape=[2, 2], strides=[0, 1])
+    with pytest.raises(KernelError, match=f"{NODE}.*rank"):
+        run_node(op, 11, [x], kernel_shape=[2])
+
+
+def test_dilations_not_in_old_versions():
+    x = data((1, 1, 5, 5))
+    with pytest.raises(InvalidNodeError, match=f"{NODE}.*dilations"):
+        run_node(AVG, 11, [x], kernel_shape=[2, 2], dilations=[2, 2])
+    with pytest.raises(InvalidNodeError, match=f"{NODE}.*storage_order"):
+        run_node(MAX, 1, [x], kernel_shape=[2, 2], storage_order=1)
