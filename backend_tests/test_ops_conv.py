@@ -1,0 +1,674 @@
+"""Conv, ConvTranspose, ConvInteger, QLinearConv, DeformConv and Col2Im against slow direct loops written
+from the spec text in this file: for each output pixel, a sum over the input channels of its group and the
+kernel taps (the input position o*stride - pad_begin + tap*dilation; for ConvTranspose the input pixels i with
+i*stride + tap*dilation = o + pad_begin). Geometry (auto_pad, output sizes, ConvTranspose's pads from
+output_shape) is recomputed here from the formulas in the operators' docs. No code is shared with
+onnx_mini/ops/nn. Data are small integers (or halves) so that every type's result is exact."""
+from __future__ import annotations
+
+import itertools
+import math
+import re
+
+import numpy as np
+import pytest
+
+from onnx_mini.errors import InvalidNodeError, KernelError
+
+from helpers import NODE, assert_same, np_type, run_node, sample, type_params, versions
+
+RNG = np.random.default_rng(1234)
+
+
+def ints(shape, lo=-2, hi=2, dtype=np.float32):
+    return RNG.integers(lo, hi + 1, size=shape).astype(dtype)
+
+
+# -- references ----------------------------------------------------------------------------------
+
+def ref_geometry(in_sizes, kernel, strides, dil, pads, auto_pad):
+    """Conv's doc: SAME_* -> out = ceil(in / stride), the odd unit of padding at the end for SAME_UPPER and at
+    the beginning for SAME_LOWER; VALID -> ceil((in - extent + 1) / stride); else floor((in + pads - extent)
+    / stride) + 1. -> (pads_begin, out_sizes)"""
+    r = len(in_sizes)
+    begin, out = [], []
+    for d in range(r):
+        i, s, ext = in_sizes[d], strides[d], (kernel[d] - 1) * dil[d] + 1
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            o = math.ceil(i / s)
+            total = max(0, (o - 1) * s + ext - i)
+            begin.append(total // 2 if auto_pad == "SAME_UPPER" else total - total // 2)
+        elif auto_pad == "VALID":
+            o = math.ceil((i - ext + 1) / s)
+            begin.append(0)
+        else:
+            o = (i + pads[d] + pads[r + d] - ext) // s + 1
+            begin.append(pads[d])
+        out.append(o)
+    return begin, out
+
+
+def ref_conv(x, w, b, group, strides, dil, begin, out):
+    """y[n, m, o] = b[m] + sum over the group's channels c and taps t of x[n, c, o*s - begin + t*d] * w[m, c, t]."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    n, m, cg = x.shape[0], w.shape[0], w.shape[1]
+    kernel, in_sizes = w.shape[2:], x.shape[2:]
+    y = np.zeros((n, m, *out))
+    for bi, oc in itertools.product(range(n), range(m)):
+        g = oc // (m // group)
+        for o in np.ndindex(*out):
+            acc = 0.0 if b is None else float(b[oc])
+            for t in np.ndindex(*kernel):
+                pos = tuple(o[d] * strides[d] - begin[d] + t[d] * dil[d] for d in range(len(out)))
+                if all(0 <= p < s for p, s in zip(pos, in_sizes)):
+                    acc += float(np.dot(x[(bi, slice(g * cg, (g + 1) * cg)) + pos], w[(oc, slice(None)) + t]))
+            y[(bi, oc) + o] = acc
+    return y
+
+
+def conv_expected(x, w, b=None, group=1, strides=None, dilations=None, pads=None, auto_pad="NOTSET"):
+    r = x.ndim - 2
+    st, dil = strides or [1] * r, dilations or [1] * r
+    begin, out = ref_geometry(x.shape[2:], w.shape[2:], st, dil, pads or [0] * 2 * r, auto_pad)
+    return ref_conv(x, w, b, group, st, dil, begin, out)
+
+
+def attrs_of(group=1, strides=None, dilations=None, pads=None, auto_pad="NOTSET", **extra):
+    a = dict(extra)
+    if group != 1:
+        a["group"] = group
+    for k, v in (("strides", strides), ("dilations", dilations), ("pads", pads)):
+        if v is not None:
+            a[k] = v
+    if auto_pad != "NOTSET":
+        a["auto_pad"] = auto_pad
+    return a
+
+
+# -- Conv ----------------------------------------------------------------------------------------
+
+CONV_CASES = [  # (id, x shape, w shape, with bias, attributes)
+    ("1d-strided-asym", (1, 2, 7), (3, 2, 3), True, dict(strides=[2], pads=[1, 2])),
+    ("1d-shifted", (1, 2, 450), (2, 2, 3), True, dict(pads=[1, 1])),
+    ("1d-dilated", (2, 3, 9), (2, 3, 2), False, dict(dilations=[3], pads=[0, 2])),
+    ("2d-pointwise", (2, 3, 4, 5), (4, 3, 1, 1), True, {}),
+    ("2d-pointwise-groups", (1, 6, 3, 3), (6, 2, 1, 1), False, dict(group=3)),
+    ("2d-pointwise-strided", (1, 3, 5, 4), (2, 3, 1, 1), False, dict(strides=[2, 2])),
+    ("2d-depthwise", (2, 3, 5, 5), (3, 1, 3, 3), True, dict(group=3, pads=[1, 1, 1, 1])),
+    ("2d-depthwise-multiplier", (1, 3, 6, 5), (6, 1, 2, 3), True,
+     dict(group=3, strides=[2, 1], dilations=[1, 2], pads=[0, 1, 1, 2])),
+    ("2d-shifted", (1, 2, 21, 20), (3, 2, 3, 3), True, dict(pads=[1, 1, 1, 1])),
+    ("2d-shifted-dilated-asym", (1, 2, 24, 22), (2, 2, 3, 3), False, dict(dilations=[2, 1], pads=[2, 0, 2, 3])),
+    ("2d-shifted-same-lower", (1, 2, 20, 21), (2, 2, 2, 2), False, dict(auto_pad="SAME_LOWER")),
+    ("2d-im2col-grouped", (2, 4, 7, 6), (4, 2, 3, 2), True, dict(group=2, strides=[2, 3], pads=[1, 0, 2, 1])),
+    ("2d-im2col-small", (1, 2, 4, 4), (3, 2, 3, 3), True, dict(pads=[1, 1, 1, 1])),
+    ("2d-same-upper", (1, 2, 7, 6), (3, 2, 4, 3), True, dict(strides=[2, 2], auto_pad="SAME_UPPER")),
+    ("2d-same-lower", (1, 2, 7, 6), (3, 2, 4, 3), True, dict(strides=[2, 2], auto_pad="SAME_LOWER")),
+    ("2d-valid", (1, 2, 7, 6), (3, 2, 4, 3), True, dict(strides=[2, 2], auto_pad="VALID")),
+    ("2d-same-dilated", (1, 1, 5, 6), (2, 1, 2, 3), False, dict(dilations=[2, 2], auto_pad="SAME_UPPER")),
+    ("3d-shifted", (1, 1, 8, 8, 7), (1, 1, 3, 3, 3), True, dict(pads=[1, 1, 1, 1, 1, 1])),
+    ("3d-grouped-strided", (1, 4, 5, 4, 5), (2, 2, 2, 3, 2), True,
+     dict(group=2, strides=[1, 2, 2], dilations=[2, 1, 1], pads=[0, 1, 0, 1, 0, 1])),
+    ("3d-depthwise", (1, 2, 3, 4, 3), (4, 1, 2, 2, 2), False, dict(group=2, pads=[1, 0, 1, 0, 1, 0])),
+]
+
+
+@pytest.mark.parametrize("version", versions("Conv"))
+@pytest.mark.parametrize("xs,ws,bias,attrs", [pytest.param(*c[1:], id=c[0]) for c in CONV_CASES])
+def test_conv_against_direct_loop(version, xs, ws, bias, attrs):
+    x, w = ints(xs), ints(ws)
+    b = ints((ws[0],)) if bias else None
+    expected = conv_expected(x, w, b, **attrs).astype(np.float32)
+    assert_same(run_node("Conv", version, [x, w] + ([b] if bias else []), **attrs_of(**attrs)), expected)
+
+
+def test_conv_kernel_shape_attribute_and_float64_values():
+    x = RNG.standard_normal((2, 3, 6, 5))
+    w = RNG.standard_normal((4, 3, 3, 2))
+    got = run_node("Conv", 11, [x, w], kernel_shape=[3, 2], strides=[1, 2], pads=[1, 0, 0, 1])
+    np.testing.assert_allclose(got, conv_expected(x, w, strides=[1, 2], pads=[1, 0, 0, 1]), rtol=1e-12, atol=1e-12)
+    assert got.dtype == np.float64
+
+
+@pytest.mark.parametrize("version,tname", type_params("Conv", versions("Conv")))
+@pytest.mark.parametrize("xs,ws,attrs", [
+    ((1, 2, 5, 5), (3, 2, 3, 3), dict(pads=[1, 0, 1, 2])),                   # im2col
+    ((1, 2, 3, 4), (2, 2, 1, 1), {}),                                        # pointwise
+    ((1, 2, 4, 4), (2, 1, 3, 3), dict(group=2, pads=[1, 1, 1, 1])),          # depthwise
+    ((1, 1, 20, 20), (1, 1, 2, 2), dict(auto_pad="SAME_UPPER")),             # shifted windows
+], ids=["im2col", "pointwise", "depthwise", "shifted"])
+def test_conv_every_type(version, tname, xs, ws, attrs):
+    dt = np_type(tname)
+    x, w, b = ints(xs, dtype=dt), ints(ws, dtype=dt), ints((ws[0],), dtype=dt)
+    expected = conv_expected(x, w, b, **attrs).astype(dt)        # small integers: exact in every type
+    assert_same(run_node("Conv", version, [x, w, b], **attrs_of(**attrs)), expected)
+
+
+def test_conv_known_values():
+    # 1 channel 3x3 input 0..8, 2x2 ones kernel: each output is the sum of a 2x2 window
+    x = np.arange(9, dtype=np.float32).reshape(1, 1, 3, 3)
+    w = np.ones((1, 1, 2, 2), np.float32)
+    assert_same(run_node("Conv", 22, [x, w]), np.array([[[[8, 12], [20, 24]]]], np.float32))
+    assert_same(run_node("Conv", 22, [x, w, np.array([1], np.float32)], strides=[2, 2], pads=[0, 0, 1, 1]),
+                np.array([[[[9, 8], [14, 9]]]], np.float32))
+
+
+def test_conv_empty_batch_and_nan():
+    w = ints((2, 3, 2, 2))
+    assert_same(run_node("Conv", 11, [np.zeros((0, 3, 4, 4), np.float32), w]), np.zeros((0, 2, 3, 3), np.float32))
+    x = np.zeros((1, 3, 3, 3), np.float32)
+    x[0, 1, 0, 0] = np.nan
+    y = run_node("Conv", 11, [x, np.ones((1, 3, 2, 2), np.float32)])
+    assert np.isnan(y[0, 0, 0, 0]) and not np.isnan(y[0, 0, 1, 1])
+
+
+@pytest.mark.parametrize("xs,ws,attrs,match", [
+    ((1, 3, 4, 4), (2, 2, 3, 3), {}, "channels"),                      # C=3, W expects 2
+    ((1, 4, 4, 4), (3, 2, 3, 3), dict(group=2), "channels"),           # M=3 not divisible by group 2
+    ((1, 2, 4, 4), (2, 2, 3), {}, "rank"),
+    ((1, 2, 2, 2), (2, 2, 3, 3), {}, "does not fit"),
+    ((1, 2, 4, 4), (2, 2, 3, 3), dict(kernel_shape=[2, 2]), "kernel_shape"),
+])
+def test_conv_errors_name_the_node(xs, ws, attrs, match):
+    with pytest.raises(KernelError, match=re.compile(f"{NODE}.*{match}", re.S)):
+        run_node("Conv", 22, [np.zeros(xs, np.float32), np.zeros(ws, np.float32)], **attrs)
+
+
+def test_conv_bad_auto_pad_is_an_invalid_node():
+    with pytest.raises(InvalidNodeError, match=NODE):
+        run_node("Conv", 22, [np.zeros((1, 1, 3, 3), np.float32), np.zeros((1, 1, 2, 2), np.float32)],
+                 auto_pad="SAME")
+
+
+# -- ConvTranspose ---------------------------------------------------------------------------------
+
+def ref_transpose_geometry(in_sizes, kernel, strides, dil, pads, adj, output_shape, auto_pad, version):
+    """ConvTranspose's doc: full = stride*(in-1) + output_padding + extent; pads, or with output_shape
+    total = full - output_shape split by the version's rule (11+: SAME_UPPER puts the smaller half first, else
+    the larger; 1: the opposite); SAME_* without output_shape: output in*stride, the odd unit at the end for
+    SAME_UPPER. A negative total (output larger than the full result) extends the end (the official
+    test_convtranspose_output_shape). -> (pads_begin, out_sizes)"""
+    r = len(in_sizes)
+    begin, out = [], []
+    for d in range(r):
+        full = strides[d] * (in_sizes[d] - 1) + adj[d] + (kernel[d] - 1) * dil[d] + 1
+        if output_shape or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            o = output_shape[d] if output_shape else in_sizes[d] * strides[d]
+            total = max(0, full - o)
+            if output_shape:
+                smaller_first = (auto_pad == "SAME_UPPER") == (version >= 11)
+            else:
+                smaller_first = auto_pad == "SAME_UPPER"
+            begin.append(total // 2 if smaller_first else total - total // 2)
+        elif auto_pad == "VALID":
+            o = full
+            begin.append(0)
+        else:
+            o = full - pads[d] - pads[r + d]
+            begin.append(pads[d])
+        out.append(o)
+    return begin, out
+
+
+def ref_conv_transpose(x, w, b, group, strides, dil, begin, out):
+    """y[n, m, o] = b[m] + sum over the group's input channels c, taps t and input pixels i with
+    i*stride + t*dilation = o + pad_begin of x[n, c, i] * w[c, m % (M/group), t]."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    n, c, mg = x.shape[0], x.shape[1], w.shape[1]
+    cg = c // group
+    kernel, in_sizes = w.shape[2:], x.shape[2:]
+    y = np.zeros((n, mg * group, *out))
+    for bi, oc in itertools.product(range(n), range(mg * group)):
+        g, mm = divmod(oc, mg)
+        for o in np.ndindex(*out):
+            acc = 0.0 if b is None else float(b[oc])
+            for t in np.ndindex(*kernel):
+                q = [o[d] + begin[d] - t[d] * dil[d] for d in range(len(out))]
+                if all(qd % s == 0 and 0 <= qd // s < size for qd, s, size in zip(q, strides, in_sizes)):
+                    i = tuple(qd // s for qd, s in zip(q, strides))
+                    acc += float(np.dot(x[(bi, slice(g * cg, (g + 1) * cg)) + i],
+                                        w[(slice(g * cg, (g + 1) * cg), mm) + t]))
+            y[(bi, oc) + o] = acc
+    return y
+
+
+def convt_expected(x, w, b=None, version=11, group=1, strides=None, dilations=None, pads=None,
+                   auto_pad="NOTSET", output_padding=None, output_shape=None):
+    r = x.ndim - 2
+    st, dil = strides or [1] * r, dilations or [1] * r
+    begin, out = ref_transpose_geometry(x.shape[2:], w.shape[2:], st, dil, pads or [0] * 2 * r,
+                                        output_padding or [0] * r, output_shape, auto_pad, version)
+    return ref_conv_transpose(x, w, b, group, st, dil, begin, out)
+
+
+CONVT_CASES = [  # (id, x shape, w shape, with bias, attributes)
+    ("1d", (1, 2, 4), (2, 3, 3), True, dict(strides=[2], pads=[1, 0], output_padding=[1])),
+    ("2d", (2, 2, 3, 3), (2, 2, 3, 3), True, {}),
+    ("2d-grouped-multiplier", (1, 4, 3, 2), (4, 3, 2, 2), True,
+     dict(group=2, strides=[2, 3], dilations=[1, 2], pads=[0, 1, 1, 0])),
+    ("2d-depthwise", (1, 3, 3, 3), (3, 1, 3, 3), False, dict(group=3, strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("2d-same-upper", (1, 1, 3, 3), (1, 2, 3, 3), True, dict(strides=[2, 2], auto_pad="SAME_UPPER")),
+    ("2d-same-lower", (1, 1, 3, 3), (1, 2, 3, 3), True, dict(strides=[2, 2], auto_pad="SAME_LOWER")),
+    ("2d-same-dilated-adj", (1, 2, 3, 2), (2, 1, 2, 3), False,
+     dict(strides=[2, 3], dilations=[2, 1], output_padding=[1, 2], auto_pad="SAME_UPPER")),
+    ("2d-same-lower-stride1", (1, 1, 3, 4), (1, 1, 2, 2), False, dict(auto_pad="SAME_LOWER")),
+    ("2d-valid", (1, 2, 3, 2), (2, 2, 2, 3), True, dict(strides=[2, 1], auto_pad="VALID")),
+    ("2d-output-padding", (1, 1, 3, 3), (1, 2, 3, 3), False, dict(strides=[3, 2], output_padding=[1, 1])),
+    ("2d-output-shape-larger", (1, 1, 3, 3), (1, 2, 3, 3), True, dict(strides=[3, 2], output_shape=[10, 8])),
+    ("2d-output-shape-odd-total", (1, 1, 3, 3), (1, 1, 3, 3), False, dict(strides=[2, 2], output_shape=[6, 5])),
+    ("2d-output-shape-same-upper", (1, 1, 3, 3), (1, 1, 3, 3), False,
+     dict(strides=[2, 2], output_shape=[6, 4], auto_pad="SAME_UPPER")),
+    ("2d-output-shape-adj", (1, 1, 3, 3), (1, 2, 3, 3), False,
+     dict(strides=[3, 2], output_shape=[10, 8], output_padding=[1, 1])),
+    ("2d-big-pads", (1, 1, 4, 4), (1, 1, 2, 2), False, dict(strides=[2, 2], pads=[2, 3, 1, 0])),
+    ("3d", (1, 2, 2, 3, 2), (2, 2, 2, 2, 3), True, dict(strides=[1, 2, 2], pads=[1, 0, 0, 0, 1, 1])),
+    ("3d-grouped", (1, 2, 2, 2, 2), (2, 2, 2, 1, 2), False, dict(group=2, strides=[2, 1, 2], dilations=[1, 1, 2])),
+]
+
+
+@pytest.mark.parametrize("version", versions("ConvTranspose"))
+@pytest.mark.parametrize("xs,ws,bias,attrs", [pytest.param(*c[1:], id=c[0]) for c in CONVT_CASES])
+def test_conv_transpose_against_direct_loop(version, xs, ws, bias, attrs):
+    x, w = ints(xs), ints(ws)
+    m = ws[1] * attrs.get("group", 1)
+    b = ints((m,)) if bias else None
+    expected = convt_expected(x, w, b, version, **attrs).astype(np.float32)
+    assert_same(run_node("ConvTranspose", version, [x, w] + ([b] if bias else []), **attrs_of(**attrs)), expected)
+
+
+def test_conv_transpose_output_shape_split_differs_between_versions():
+    # full 7x7, output_shape 6x5: total 1 and 2. 11+: NOTSET takes the larger half first (begin [1, 1]),
+    # ConvTranspose-1's formula the smaller (begin [0, 1]).
+    x = np.arange(9, dtype=np.float32).reshape(1, 1, 3, 3)
+    w = np.ones((1, 1, 3, 3), np.float32)
+    full = run_node("ConvTranspose", 11, [x, w], strides=[2, 2])
+    assert full.shape == (1, 1, 7, 7)
+    assert_same(run_node("ConvTranspose", 11, [x, w], strides=[2, 2], output_shape=[6, 5]), full[:, :, 1:, 1:6])
+    assert_same(run_node("ConvTranspose", 1, [x, w], strides=[2, 2], output_shape=[6, 5]), full[:, :, :6, 1:6])
+
+
+def test_conv_transpose_known_values():
+    # 1-D: x [1, 2, 3], kernel [1, 1], stride 2 -> [1, 1, 2, 2, 3, 3]; with output_padding 1 -> a trailing 0 (+bias)
+    x = np.array([[[1, 2, 3]]], np.float32)
+    w = np.ones((1, 1, 2), np.float32)
+    assert_same(run_node("ConvTranspose", 22, [x, w], strides=[2]), np.array([[[1, 1, 2, 2, 3, 3]]], np.float32))
+    assert_same(run_node("ConvTranspose", 22, [x, w, np.array([10], np.float32)], strides=[2], output_padding=[1]),
+                np.array([[[11, 11, 12, 12, 13, 13, 10]]], np.float32))
+    # stride 1, kernel [1, 2]: overlaps add up
+    assert_same(run_node("ConvTranspose", 22, [x, np.array([[[1, 2]]], np.float32)]),
+                np.array([[[1, 4, 7, 6]]], np.float32))
+
+
+@pytest.mark.parametrize("version,tname", type_params("ConvTranspose", versions("ConvTranspose")))
+def test_conv_transpose_every_type(version, tname):
+    dt = np_type(tname)
+    x, w, b = ints((1, 2, 3, 3), dtype=dt), ints((2, 2, 2, 3), dtype=dt), ints((4,), dtype=dt)
+    attrs = dict(group=2, strides=[2, 1], pads=[1, 0, 0, 1])
+    assert_same(run_node("ConvTranspose", version, [x, w, b], **attrs), convt_expected(x, w, b, **attrs).astype(dt))
+
+
+def test_conv_transpose_empty_batch():
+    got = run_node("ConvTranspose", 22, [np.zeros((0, 2, 3, 3), np.float32), np.ones((2, 1, 2, 2), np.float32)])
+    assert_same(got, np.zeros((0, 1, 4, 4), np.float32))
+
+
+@pytest.mark.parametrize("xs,ws,attrs,match", [
+    ((1, 3, 3, 3), (2, 2, 3, 3), {}, "channels"),
+    ((1, 3, 3, 3), (3, 2, 3, 3), dict(group=2), "group"),
+    ((1, 2, 3, 3), (2, 2, 3), {}, "rank"),
+    ((1, 1, 2, 2), (1, 1, 2, 2), dict(pads=[3, 3, 1, 1]), "pads"),
+    ((1, 1, 2, 2), (1, 1, 2, 2), dict(output_shape=[3]), "output_shape"),
+])
+def test_conv_transpose_errors_name_the_node(xs, ws, attrs, match):
+    with pytest.raises(KernelError, match=re.compile(f"{NODE}.*{match}", re.S)):
+        run_node("ConvTranspose", 22, [np.zeros(xs, np.float32), np.zeros(ws, np.float32)], **attrs)
+
+
+# -- Col2Im ----------------------------------------------------------------------------------------
+
+def ref_col2im(data, image, block, strides, dil, pads):
+    """Block g of the (padded) image's grid, tap t of channel c is data[n, c*prod(block) + t, g]; it lands on
+    image position g*stride + t*dilation - pad_begin; contributions add up."""
+    r = len(image)
+    grid = [(image[d] + pads[d] + pads[r + d] - (block[d] - 1) * dil[d] - 1) // strides[d] + 1 for d in range(r)]
+    n, ck, _ = data.shape
+    c = ck // math.prod(block)
+    out = np.zeros((n, c, *image), dtype=np.result_type(data.dtype, np.float64))
+    for bi, ci in itertools.product(range(n), range(c)):
+        for ti, t in enumerate(np.ndindex(*block)):
+            for li, g in enumerate(np.ndindex(*grid)):
+                pos = tuple(g[d] * strides[d] + t[d] * dil[d] - pads[d] for d in range(r))
+                if all(0 <= p < s for p, s in zip(pos, image)):
+                    out[(bi, ci) + pos] += data[bi, ci * math.prod(block) + ti, li]
+    return out
+
+
+COL2IM_CASES = [  # (id, n, c, image, block, attributes)
+    ("basic", 1, 1, [5, 5], [1, 5], {}),
+    ("overlap", 2, 2, [4, 5], [2, 3], {}),
+    ("strides", 1, 2, [5, 5], [3, 3], dict(strides=[2, 2])),
+    ("pads", 1, 1, [5, 5], [1, 5], dict(pads=[0, 1, 0, 1])),
+    ("asym-pads-strides", 1, 2, [6, 5], [2, 2], dict(pads=[1, 0, 2, 1], strides=[2, 3])),
+    ("dilations", 1, 1, [6, 6], [2, 2], dict(dilations=[1, 5])),
+    ("gaps", 1, 1, [7, 7], [2, 2], dict(strides=[3, 3])),           # positions no block reaches stay 0
+    ("3d", 1, 2, [3, 4, 3], [2, 2, 2], dict(strides=[1, 2, 1], pads=[0, 1, 1, 1, 0, 0])),
+]
+
+
+def col2im_grid(image, block, strides=None, dilations=None, pads=None):
+    r = len(image)
+    st, dil, p = strides or [1] * r, dilations or [1] * r, pads or [0] * 2 * r
+    return [(image[d] + p[d] + p[r + d] - (block[d] - 1) * dil[d] - 1) // st[d] + 1 for d in range(r)]
+
+
+@pytest.mark.parametrize("n,c,image,block,attrs", [pytest.param(*cs[1:], id=cs[0]) for cs in COL2IM_CASES])
+def test_col2im_against_direct_loop(n, c, image, block, attrs):
+    r = len(image)
+    data = ints((n, c * math.prod(block), math.prod(col2im_grid(image, block, **attrs))))
+    expected = ref_col2im(data, image, block, attrs.get("strides", [1] * r), attrs.get("dilations", [1] * r),
+                          attrs.get("pads", [0] * 2 * r)).astype(np.float32)
+    got = run_node("Col2Im", 18, [data, np.array(image, np.int64), np.array(block, np.int64)], **attrs)
+    assert_same(got, expected)
+
+
+@pytest.mark.parametrize("version,tname", type_params("Col2Im", versions("Col2Im")))
+def test_col2im_every_type(version, tname):
+    # non-overlapping blocks (stride = block): a pure rearrangement, exact for every type including strings
+    data = sample(tname, (1, 2 * 4, 6))                      # C=2, block 2x2, grid 2x3 on a 4x6 image
+    image, block = [4, 6], [2, 2]
+    got = run_node("Col2Im", version, [data, np.array(image, np.int64), np.array(block, np.int64)], strides=[2, 2])
+    expected = np.empty((1, 2, 4, 6), dtype=data.dtype)
+    for ci, (ti, t), (li, g) in itertools.product(range(2), enumerate(np.ndindex(2, 2)), enumerate(np.ndindex(2, 3))):
+        expected[0, ci, g[0] * 2 + t[0], g[1] * 2 + t[1]] = data[0, ci * 4 + ti, li]
+    assert_same(got, expected)
+
+
+@pytest.mark.parametrize("tname", ["int8", "uint16", "int64", "float16", "bfloat16", "double", "complex64"])
+def test_col2im_overlapping_sums_in_the_type(tname):
+    dt = np_type(tname)
+    data = np.arange(1, 1 + 4 * 4).reshape(1, 4, 4).astype(dt)         # block 2x2, image 3x3, grid 2x2
+    got = run_node("Col2Im", 18, [data, np.array([3, 3], np.int64), np.array([2, 2], np.int64)])
+    exact = data.astype(np.complex128 if tname.startswith("complex") else np.float64)
+    expected = ref_col2im(exact, [3, 3], [2, 2], [1, 1], [1, 1], [0, 0, 0, 0]).astype(dt)
+    assert_same(got, expected)
+
+
+def test_col2im_strings_concatenate_and_bool_ors():
+    # an extension of the numeric sum: overlapping strings concatenate in tap order, bools or; uncovered is ""
+    # block 2x1 at stride 1 over an image 3x1: blocks at rows 0 and 1; data[0, tap, block]
+    data = np.array([[["a", "c"], ["b", "d"]]], dtype=object)
+    got = run_node("Col2Im", 18, [data, np.array([3, 1], np.int64), np.array([2, 1], np.int64)])
+    assert_same(got, np.array(["a", "cb", "d"], dtype=object).reshape(1, 1, 3, 1))
+    got = run_node("Col2Im", 18, [np.array([[["x"]]], dtype=object), np.array([2, 1], np.int64),
+                                  np.array([1, 1], np.int64)], strides=[2, 1])
+    assert_same(got, np.array([[[["x"], [""]]]], dtype=object))
+    b = np.array([[[True, False], [False, False]]])
+    assert_same(run_node("Col2Im", 18, [b, np.array([3, 1], np.int64), np.array([2, 1], np.int64)]),
+                np.array([[[[True], [False], [False]]]]))
+
+
+@pytest.mark.parametrize("shape,image,block,attrs,match", [
+    ((1, 4, 5), [3, 3], [2, 2], {}, "blocks"),                         # grid 2x2 = 4 blocks, not 5
+    ((1, 5, 4), [3, 3], [2, 2], {}, "multiple"),
+    ((4, 4), [3, 3], [2, 2], {}, "3-D"),
+    ((1, 4, 4), [3, 3], [2, 2, 1], {}, "same length"),
+    ((1, 4, 4), [3, 3], [2, 2], dict(strides=[1]), "strides"),
+])
+def test_col2im_errors_name_the_node(shape, image, block, attrs, match):
+    with pytest.raises(KernelError, match=re.compile(f"{NODE}.*{match}", re.S)):
+        run_node("Col2Im", 18, [np.zeros(shape, np.float32), np.array(image, np.int64), np.array(block, np.int64)],
+                 **attrs)
+
+
+# -- DeformConv ------------------------------------------------------------------------------------
+
+def bilinear(img, pos):
+    """N-linear interpolation of img (spatial only) at the real position pos, zero outside the image."""
+    base = [math.floor(p) for p in pos]
+    total = 0.0
+    for corner in itertools.product((0, 1), repeat=len(pos)):
+        q = [b + c for b, c in zip(base, corner)]
+        if all(0 <= qi < s for qi, s in zip(q, img.shape)):
+            weight = math.prod((p - b) if c else (1 - (p - b)) for p, b, c in zip(pos, base, corner))
+            total += weight * float(img[tuple(q)])
+    return total
+
+
+def ref_deform_conv(x, w, offset, b, mask, group, offset_group, strides, dil, pads):
+    """y[n, m, o] = b[m] + sum over the group's channels c and taps t of w[m, c, t] * mask[n, g_c*K + t, o] *
+    bilinear(x[n, c], o*s - pad_begin + t*d + offset[n, (g_c*K + t)*r + axis, o]), g_c = c's offset group."""
+    x, w, offset = x.astype(np.float64), w.astype(np.float64), offset.astype(np.float64)
+    n, c, m, cg = x.shape[0], x.shape[1], w.shape[0], w.shape[1]
+    kernel, r = w.shape[2:], x.ndim - 2
+    taps = math.prod(kernel)
+    begin, out = ref_geometry(x.shape[2:], kernel, strides, dil, pads, "NOTSET")
+    y = np.zeros((n, m, *out))
+    for bi, oc in itertools.product(range(n), range(m)):
+        g = oc // (m // group)
+        for o in np.ndindex(*out):
+            acc = 0.0 if b is None else float(b[oc])
+            for ti, t in enumerate(np.ndindex(*kernel)):
+                for k in range(cg):
+                    ch = g * cg + k
+                    og = ch // (c // offset_group)
+                    pos = [o[d] * strides[d] - begin[d] + t[d] * dil[d] + offset[(bi, (og * taps + ti) * r + d) + o]
+                           for d in range(r)]
+                    scale = 1.0 if mask is None else float(mask[(bi, og * taps + ti) + o])
+                    acc += float(w[(oc, k) + t]) * scale * bilinear(x[bi, ch], pos)
+            y[(bi, oc) + o] = acc
+    return y
+
+
+def deform_out(xs, ws, strides, dil, pads):
+    return ref_geometry(xs[2:], ws[2:], strides, dil, pads, "NOTSET")[1]
+
+
+DEFORM_CASES = [  # (id, x shape, w shape, group, offset_group, strides, dilations, pads, bias, mask)
+    ("2d", (1, 1, 4, 4), (1, 1, 2, 2), 1, 1, [1, 1], [1, 1], [0, 0, 0, 0], False, False),
+    ("2d-pads-mask-bias", (2, 2, 4, 5), (3, 2, 3, 2), 1, 1, [1, 1], [1, 1], [1, 0, 1, 1], True, True),
+    ("2d-groups-offset-groups", (1, 4, 5, 4), (4, 2, 2, 2), 2, 4, [2, 1], [1, 2], [1, 1, 0, 1], True, True),
+    ("2d-offset-group-spans-groups", (1, 4, 4, 4), (4, 1, 2, 2), 4, 2, [1, 1], [1, 1], [0, 0, 0, 0], False, True),
+    ("1d", (1, 2, 6), (2, 2, 3), 1, 2, [2], [1], [1, 1], True, False),
+    ("3d", (1, 2, 3, 3, 3), (2, 1, 2, 2, 2), 2, 1, [1, 1, 1], [1, 1, 1], [0, 1, 0, 0, 0, 1], False, True),
+]
+
+
+@pytest.mark.parametrize("version", versions("DeformConv"))
+@pytest.mark.parametrize("xs,ws,group,og,strides,dil,pads,bias,with_mask",
+                         [pytest.param(*c[1:], id=c[0]) for c in DEFORM_CASES])
+def test_deform_conv_against_direct_loop(version, xs, ws, group, og, strides, dil, pads, bias, with_mask):
+    r = len(xs) - 2
+    x, w = RNG.standard_normal(xs), RNG.standard_normal(ws)
+    out = deform_out(xs, ws, strides, dil, pads)
+    taps = math.prod(ws[2:])
+    offset = RNG.uniform(-2.5, 2.5, size=(xs[0], og * taps * r, *out))      # samples inside and outside the image
+    b = RNG.standard_normal(ws[0]) if bias else None
+    mask = RNG.uniform(0, 1, size=(xs[0], og * taps, *out)) if with_mask else None
+    inputs = [x, w, offset, b, mask] if with_mask else [x, w, offset] + ([b] if bias else [])
+    got = run_node("DeformConv", version, inputs, group=group, offset_group=og, strides=strides, dilations=dil,
+                   pads=pads)
+    expected = ref_deform_conv(x, w, offset, b, mask, group, og, strides, dil, pads)
+    assert got.dtype == np.float64 and got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_deform_conv_zero_offsets_is_conv():
+    x, w, b = ints((1, 4, 5, 5)), ints((4, 2, 3, 3)), ints((4,))
+    offset = np.zeros((1, 2 * 9 * 2, 3, 3), np.float32)
+    got = run_node("DeformConv", 22, [x, w, offset, b], group=2, offset_group=2, strides=[2, 2], pads=[1, 1, 1, 1])
+    assert_same(got, conv_expected(x, w, b, group=2, strides=[2, 2], pads=[1, 1, 1, 1]).astype(np.float32))
+
+
+def test_deform_conv_known_values():
+    # the spec's example: x 0..8, 2x2 ones kernel; the [0,0] tap moves down 0.5 at output [0,0] (0 -> 1.5),
+    # the [1,0] tap moves left 0.1 at output [0,1] (4 -> 3.9); the mask halves tap [1,1] at output [1,1]
+    x = np.arange(9, dtype=np.float32).reshape(1, 1, 3, 3)
+    offset = np.zeros((1, 8, 2, 2), np.float32)
+    offset[0, 0, 0, 0] = 0.5
+    offset[0, 5, 0, 1] = -0.1
+    mask = np.ones((1, 4, 2, 2), np.float32)
+    mask[0, 3, 1, 1] = 0.5
+    got = run_node("DeformConv", 19, [x, np.ones((1, 1, 2, 2), np.float32), offset, None, mask])
+    np.testing.assert_allclose(got, np.array([[[[9.5, 11.9], [20, 20]]]], np.float32), rtol=1e-6)
+
+
+@pytest.mark.parametrize("version,tname", type_params("DeformConv", versions("DeformConv")))
+def test_deform_conv_every_type(version, tname):
+    dt = np_type(tname)
+    x, w, b = ints((1, 2, 3, 3), dtype=dt), ints((2, 1, 2, 2), dtype=dt), ints((2,), dtype=dt)
+    offset = (RNG.integers(-3, 4, size=(1, 2 * 4 * 2, 2, 2)) / 2).astype(dt)   # halves: exact weights
+    mask = (RNG.integers(0, 3, size=(1, 2 * 4, 2, 2)) / 2).astype(dt)
+    got = run_node("DeformConv", version, [x, w, offset, b, mask], group=2, offset_group=2)
+    expected = ref_deform_conv(x, w, offset, b, mask, 2, 2, [1, 1], [1, 1], [0, 0, 0, 0]).astype(dt)
+    assert_same(got, expected)
+
+
+@pytest.mark.parametrize("offset_shape,mask_shape,attrs,match", [
+    ((1, 7, 2, 2), None, {}, "offset must have shape"),
+    ((1, 8, 3, 2), None, {}, "offset must have shape"),
+    ((1, 8, 2, 2), (1, 3, 2, 2), {}, "mask must have shape"),
+    ((1, 8, 2, 2), None, dict(offset_group=3), "offset_group"),
+    ((1, 8, 2, 2), None, dict(group=2), "channels"),
+])
+def test_deform_conv_errors_name_the_node(offset_shape, mask_shape, attrs, match):
+    inputs = [np.zeros((1, 2, 3, 3), np.float32), np.zeros((1, 2, 2, 2), np.float32),
+              np.zeros(offset_shape, np.float32)]
+    if mask_shape:
+        inputs += [None, np.zeros(mask_shape, np.float32)]
+    with pytest.raises(KernelError, match=re.compile(f"{NODE}.*{match}", re.S)):
+        run_node("DeformConv", 22, inputs, **attrs)
+
+
+# -- ConvInteger / QLinearConv -------------------------------------------------------------------
+
+def int_conv_expected(x, w, xzp, wzp, group=1, strides=None, dilations=None, pads=None, auto_pad="NOTSET"):
+    """conv(x - x_zero_point, w - w_zero_point) in exact Python-int arithmetic (padding is 0 after the shift:
+    the input is padded with its zero point)."""
+    xs = x.astype(np.int64) - (0 if xzp is None else int(xzp))
+    wz = np.zeros(w.shape[0], np.int64) if wzp is None else np.broadcast_to(wzp.astype(np.int64), (w.shape[0],))
+    ws = w.astype(np.int64) - wz.reshape((-1,) + (1,) * (w.ndim - 1))
+    r = x.ndim - 2
+    st, dil = strides or [1] * r, dilations or [1] * r
+    begin, out = ref_geometry(x.shape[2:], w.shape[2:], st, dil, pads or [0] * 2 * r, auto_pad)
+    y = np.zeros((x.shape[0], w.shape[0], *out), dtype=np.int64)
+    cg, mg = w.shape[1], w.shape[0] // group
+    for bi, oc in itertools.product(range(x.shape[0]), range(w.shape[0])):
+        g = oc // mg
+        for o in np.ndindex(*out):
+            acc = 0
+            for t in np.ndindex(*w.shape[2:]):
+                pos = tuple(o[d] * st[d] - begin[d] + t[d] * dil[d] for d in range(r))
+                if all(0 <= p < s for p, s in zip(pos, x.shape[2:])):
+                    acc += sum(int(a) * int(c) for a, c in zip(xs[(bi, slice(g * cg, (g + 1) * cg)) + pos],
+                                                               ws[(oc, slice(None)) + t]))
+            y[(bi, oc) + o] = acc
+    return y
+
+
+def q8(shape, dt, lo=None, hi=None):
+    info = np.iinfo(dt)
+    return RNG.integers(info.min if lo is None else lo, (info.max if hi is None else hi) + 1, size=shape).astype(dt)
+
+
+INT_TYPES = [np.uint8, np.int8]
+INT_CASES = [  # (id, x shape, w shape, attributes)
+    ("1d", (1, 2, 6), (3, 2, 3), dict(strides=[2], pads=[1, 1])),
+    ("2d-pointwise", (1, 3, 3, 4), (2, 3, 1, 1), {}),
+    ("2d-depthwise", (1, 2, 4, 4), (4, 1, 3, 3), dict(group=2, pads=[1, 1, 1, 1])),
+    ("2d-grouped-strided", (2, 4, 5, 5), (2, 2, 3, 2), dict(group=2, strides=[2, 1], dilations=[1, 2],
+                                                            pads=[1, 0, 0, 2])),
+    ("2d-same-upper", (1, 1, 5, 4), (2, 1, 2, 3), dict(strides=[2, 2], auto_pad="SAME_UPPER")),
+    ("2d-same-lower", (1, 1, 5, 4), (2, 1, 2, 3), dict(strides=[2, 2], auto_pad="SAME_LOWER")),
+    ("2d-valid", (1, 1, 5, 4), (2, 1, 2, 3), dict(auto_pad="VALID")),
+    ("3d", (1, 2, 3, 3, 3), (2, 2, 2, 2, 2), dict(pads=[1, 0, 0, 0, 1, 1])),
+]
+
+
+@pytest.mark.parametrize("xt,wt", itertools.product(INT_TYPES, INT_TYPES), ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("xs,ws,attrs", [pytest.param(*c[1:], id=c[0]) for c in INT_CASES])
+def test_conv_integer_every_type_against_direct_loop(xt, wt, xs, ws, attrs):
+    x, w = q8(xs, xt), q8(ws, wt)
+    xzp, wzp = q8((), xt), q8((ws[0],), wt)                       # per-tensor x, per-output-channel w
+    got = run_node("ConvInteger", 10, [x, w, xzp, wzp], **attrs_of(**attrs))
+    assert_same(got, int_conv_expected(x, w, xzp, wzp, **attrs).astype(np.int32))
+
+
+def test_conv_integer_optional_zero_points_and_known_values():
+    # the spec's example: x 2..10 with zero point 1, 2x2 ones kernel
+    x = np.arange(2, 11, dtype=np.uint8).reshape(1, 1, 3, 3)
+    w = np.ones((1, 1, 2, 2), np.uint8)
+    assert_same(run_node("ConvInteger", 10, [x, w, np.array(1, np.uint8)]),
+                np.array([[[[12, 16], [24, 28]]]], np.int32))
+    assert_same(run_node("ConvInteger", 10, [x, w]), np.array([[[[16, 20], [28, 32]]]], np.int32))
+    # w zero point alone (x's omitted), as a 1-element tensor; padding counts as the zero point
+    assert_same(run_node("ConvInteger", 10, [x, w, None, np.array([2], np.uint8)], pads=[1, 1, 0, 0])[0, 0, 0],
+                np.array([-2, -5, -7], np.int32))
+
+
+def test_conv_integer_large_reduction_is_exact():
+    # 30 channels x 3x3 taps of 255 * 255: 17,556,750 > 2^24, beyond float32's exact integers
+    x = np.full((1, 30, 3, 3), 255, np.uint8)
+    w = np.full((2, 30, 3, 3), 255, np.uint8)
+    w[1, 0, 0, 0] = 254
+    got = run_node("ConvInteger", 10, [x, w])
+    assert_same(got, np.array([270 * 65025, 270 * 65025 - 255], np.int32).reshape(1, 2, 1, 1))
+    xi = np.full((1, 30, 3, 3), -128, np.int8)
+    got = run_node("ConvInteger", 10, [xi, w, np.array(127, np.int8)])
+    assert_same(got, np.array([-255 * 270 * 255, -255 * (270 * 255 - 1)], np.int32).reshape(1, 2, 1, 1))
+
+
+def ref_requantize(acc, b, xs, ws, ys, yzp, m):
+    """y = saturate(round_half_even((acc + B) * x_scale * w_scale / y_scale) + y_zero_point), per channel."""
+    info = np.iinfo(yzp.dtype)
+    ws = np.broadcast_to(np.asarray(ws, np.float64), (m,))
+    y = np.zeros(acc.shape, dtype=yzp.dtype)
+    for idx in np.ndindex(*acc.shape):
+        v = (int(acc[idx]) + (0 if b is None else int(b[idx[1]]))) * float(xs) * float(ws[idx[1]]) / float(ys)
+        y[idx] = min(max(round(v) + int(yzp), info.min), info.max)       # Python's round is half to even
+    return y
+
+
+@pytest.mark.parametrize("xt,wt,yt", itertools.product(INT_TYPES, INT_TYPES, INT_TYPES),
+                         ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("per_channel,bias", [(False, False), (True, True)], ids=["per-tensor", "per-channel-bias"])
+def test_qlinear_conv_every_type(xt, wt, yt, per_channel, bias):
+    xs_, ws_, attrs = (1, 4, 5, 4), (4, 2, 3, 2), dict(group=2, strides=[2, 1], pads=[1, 0, 1, 1])
+    x, w = q8(xs_, xt), q8(ws_, wt)
+    xzp, yzp = q8((), xt), q8((), yt)
+    m = ws_[0]
+    wzp = q8((m,), wt) if per_channel else q8((), wt)
+    x_scale, y_scale = np.float32(0.02), np.float32(0.5)
+    w_scale = np.array([0.01, 0.02, 0.005, 0.03], np.float32) if per_channel else np.float32(0.015)
+    b = RNG.integers(-5000, 5000, size=m).astype(np.int32) if bias else None
+    inputs = [x, x_scale, xzp, w, w_scale, wzp, y_scale, yzp] + ([b] if bias else [])
+    got = run_node("QLinearConv", 10, inputs, **attrs)
+    acc = int_conv_expected(x, w, xzp, wzp, **attrs)
+    assert_same(got, ref_requantize(acc, b, x_scale, w_scale, y_scale, yzp, m))
+
+
+def test_qlinear_conv_rounds_half_to_even_and_saturates():
+    # acc = x - 0 with a 1x1 kernel of 1; scale 0.5 -> ties: 1 -> 0.5 -> 0, 3 -> 1.5 -> 2, 5 -> 2.5 -> 2
+    x = np.array([1, 3, 5, 7, 200, 255], np.uint8).reshape(1, 1, 1, 6)
+    inputs = [x, np.float32(0.5), np.uint8(0), np.ones((1, 1, 1, 1), np.uint8), np.float32(1), np.uint8(0),
+              np.float32(1), np.int8(10)]
+    assert_same(run_node("QLinearConv", 10, inputs), np.array([10, 12, 12, 14, 110, 127], np.int8).reshape(1, 1, 1, 6))
+    inputs[-1] = np.int8(-128)
+    inputs[0] = np.zeros((1, 1, 1, 6), np.uint8)
+    inputs[2] = np.uint8(255)                                   # x - zp = -255 -> -127.5 -> -128 -> -256 saturates
+    assert_same(run_node("QLinearConv", 10, inputs), np.full((1, 1, 1, 6), -128, np.int8))
+
+
+@pytest.mark.parametrize("op,inputs,match", [
+    ("ConvInteger", [np.zeros((1, 2, 3, 3), np.uint8), np.zeros((2, 2, 2, 2), np.uint8), None,
+                     np.zeros(3, np.uint8)], "w_zero_point"),
+    ("ConvInteger", [np.zeros((1, 2, 3, 3), np.uint8), np.zeros((2, 2, 2, 2), np.uint8), np.zeros(2, np.uint8)],
+     "x_zero_point"),
+    ("ConvInteger", [np.zeros((1, 3, 3, 3), np.uint8), np.zeros((2, 2, 2, 2), np.uint8)], "channels"),
+    ("QLinearConv", [np.zeros((1, 2, 3, 3), np.uint8), np.float32(1), np.uint8(0), np.zeros((2, 2, 2, 2), np.int8),
+                     np.ones(3, np.float32), np.int8(0), np.float32(1), np.uint8(0)], "w_scale"),
+    ("QLinearConv", [np.zeros((1, 2, 3, 3), np.uint8), np.float32(1), np.uint8(0), np.zeros((2, 2, 2, 2), np.int8),
+                     np.float32(1), np.int8(0), np.float32(1), np.uint8(0), np.zeros(3, np.int32)], "B must"),
+])
+def test_quantized_conv_errors_name_the_node(op, inputs, match):
+    with pytest.raises(KernelError, match=re.compile(f"{NODE}.*{match}", re.S)):
+        run_node(op, 10, inputs)
