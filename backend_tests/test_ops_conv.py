@@ -162,6 +162,12 @@ def test_conv_empty_batch_and_nan():
     assert np.isnan(y[0, 0, 0, 0]) and not np.isnan(y[0, 0, 1, 1])
 
 
+def test_conv_zero_input_channels_gives_the_bias():
+    b = np.array([1.5, -2], np.float32)
+    y = run_node("Conv", 22, [np.zeros((1, 0, 3, 3), np.float32), np.zeros((2, 0, 1, 1), np.float32), b])
+    assert_same(y, np.broadcast_to(b.reshape(1, 2, 1, 1), (1, 2, 3, 3)).copy())
+
+
 @pytest.mark.parametrize("xs,ws,attrs,match", [
     ((1, 3, 4, 4), (2, 2, 3, 3), {}, "channels"),                      # C=3, W expects 2
     ((1, 4, 4, 4), (3, 2, 3, 3), dict(group=2), "channels"),           # M=3 not divisible by group 2

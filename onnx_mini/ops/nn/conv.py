@@ -60,7 +60,7 @@ def _conv(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides):
     if dtype in UPCAST:
         x, w = x.astype(np.float32), w.astype(np.float32)
         b = None if b is None else b.astype(np.float32)
-    if n == 0 or m == 0:
+    if n == 0 or m == 0 or cg == 0:    # nothing to sum: the output is the bias alone
         y = np.zeros((n, m, *out), dtype=x.dtype)
     elif all(k == 1 for k in kernel) and all(s == 1 for s in strides_) and not any(begin) and not any(end):
         y = _grouped_matmul(w.reshape(group, m // group, cg), x.reshape(n, group, cg, -1)).reshape(n, m, *out)
