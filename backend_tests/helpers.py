@@ -1,16 +1,20 @@
-"""Small builders shared by our own tests: models, the type matrices of the schemas, exact samples."""
+"""Small builders shared by our own tests: models, the type matrices of the schemas, exact samples,
+the one-node runners (run_op, run_node) and the checks and references several test files use.
+Test files import from here only, never from each other."""
 from __future__ import annotations
 
 import copy
 import math
+import re
 
 import ml_dtypes
 import numpy as np
 import onnx.defs
 import pytest
-from onnx import AttributeProto, TensorProto, helper
+from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 import onnx_mini
+from onnx_mini.errors import KernelError
 
 
 def model(nodes, inputs, outputs, initializers=(), opset=21, ir_version=10, **kw):
@@ -85,14 +89,20 @@ def assert_same(got, exp) -> None:
         np.testing.assert_array_equal(got.astype(np.float64), exp.astype(np.float64))
 
 
+def attribute(name: str, value) -> AttributeProto:
+    """An attribute from a Python value: an np.ndarray is a TENSOR, an empty list INTS."""
+    if isinstance(value, np.ndarray):
+        return helper.make_attribute(name, numpy_helper.from_array(value))
+    empty_ints = isinstance(value, list) and not value
+    return helper.make_attribute(name, value, attr_type=AttributeProto.INTS if empty_ints else None)
+
+
 def run_op(op: str, version: int, inputs: list, **attrs):
     """Build a one-node model at opset `version`, run it on `inputs`, return its single output.
     Also checks that the caller's inputs are left untouched."""
     names = [f"in{k}" for k in range(len(inputs))]
     node = helper.make_node(op, names, ["out"])
-    for k, v in attrs.items():
-        empty_ints = isinstance(v, list) and not v
-        node.attribute.append(helper.make_attribute(k, v, attr_type=AttributeProto.INTS if empty_ints else None))
+    node.attribute.extend(attribute(k, v) for k, v in attrs.items())
     declared = [helper.make_tensor_sequence_value_info(n, elem_type(x[0].dtype), None) if isinstance(x, list)
                 else helper.make_tensor_value_info(n, elem_type(x.dtype), x.shape) for n, x in zip(names, inputs)]
     graph = helper.make_graph([node], "g", declared, [helper.make_empty_tensor_value_info("out")])
@@ -106,17 +116,18 @@ def run_op(op: str, version: int, inputs: list, **attrs):
 NODE = "the_node"
 
 
-def run_node(op: str, version: int, inputs: list, n_outputs: int = 1, domain: str = "", **attrs):
+def run_node(op: str, version: int, inputs: list, n_outputs: int = 1, domain: str = "", *,
+             keep_empty_tail: bool = False, **attrs):
     """Run one node named NODE (= "the_node") at opset `version` of its domain and return its output
-    (a tuple when n_outputs > 1). An input given as None is an omitted optional input; a Python list
-    of arrays is a sequence. Also checks, bit for bit, that the caller's arrays are left untouched."""
+    (a tuple when n_outputs > 1). An input given as None is an omitted optional input: an empty name
+    in the middle, left out of the node at the end (kept there as empty names with keep_empty_tail).
+    A Python list of arrays is a sequence; an np.ndarray attribute is a TENSOR attribute.
+    Also checks, bit for bit, that the caller's arrays are left untouched."""
     names = ["" if x is None else f"in{k}" for k, x in enumerate(inputs)]
-    while names and not names[-1]:
+    while names and not names[-1] and not keep_empty_tail:
         names.pop()
     node = helper.make_node(op, names, [f"out{k}" for k in range(n_outputs)], name=NODE, domain=domain)
-    for k, v in attrs.items():
-        empty_ints = isinstance(v, list) and not v
-        node.attribute.append(helper.make_attribute(k, v, attr_type=AttributeProto.INTS if empty_ints else None))
+    node.attribute.extend(attribute(k, v) for k, v in attrs.items())
     declared = [helper.make_tensor_sequence_value_info(n, elem_type(x[0].dtype) if x else TensorProto.FLOAT, None)
                 if isinstance(x, list) else helper.make_tensor_value_info(n, elem_type(x.dtype), x.shape)
                 for n, x in zip(names, inputs) if x is not None]
@@ -134,19 +145,84 @@ def run_node(op: str, version: int, inputs: list, n_outputs: int = 1, domain: st
     return tuple(result) if n_outputs > 1 else result[0]
 
 
+def type_names(op: str, version: int, param: str = "T", domain: str = "") -> list[str]:
+    """The tensor type names ('float', 'int4', ...) of the type constraint named `param` of the
+    schema (domain, op) introduced at exactly `version`."""
+    schema = onnx.defs.get_schema(op, version, domain)
+    assert schema.since_version == version
+    (tc,) = [t for t in schema.type_constraints if t.type_param_str == param]
+    return [t[len("tensor("):-1] for t in tc.allowed_type_strs if t.startswith("tensor(")]
+
+
 def type_params(op: str, versions, param: str = "T", domain: str = "") -> list:
     """(version, type name) for every tensor type of the type constraint named `param`, per version."""
-    out = []
-    for v in versions:
-        schema = onnx.defs.get_schema(op, v, domain)
-        assert schema.since_version == v
-        (tc,) = [t for t in schema.type_constraints if t.type_param_str == param]
-        out += [pytest.param(v, t[7:-1], id=f"v{v}-{t[7:-1]}") for t in tc.allowed_type_strs
-                if t.startswith("tensor(")]
-    return out
+    return [pytest.param(v, t, id=f"v{v}-{t}") for v in versions for t in type_names(op, v, param, domain)]
+
+
+def op_type_matrix(table: dict) -> list:
+    """(op, version, type name) for every op of `table` (op -> (versions, ...)) and every type of its versions."""
+    return [pytest.param(op, *p.values, id=f"{op}-{p.id}") for op in table for p in type_matrix(op, table[op][0])]
 
 
 def versions(op: str, domain: str = "") -> list[int]:
     """Every since_version of (domain, op) in the installed onnx."""
     return sorted(s.since_version for s in onnx.defs.get_all_schemas_with_history()
                   if s.name == op and s.domain == domain)
+
+
+# -- values ----------------------------------------------------------------------------------------
+
+def i64(values) -> np.ndarray:
+    return np.array(values, dtype=np.int64)
+
+
+def arr(values, dtype) -> np.ndarray:
+    """values (exact in `dtype`) as an array of `dtype`; floats go through float64."""
+    dt = np.dtype(dtype)
+    if dt == object:
+        return np.array(values, dtype=object)
+    return np.array(values).astype(dt) if dt.kind in "iub" else np.array(values, np.float64).astype(dt)
+
+
+def arange(shape, dtype=np.float32) -> np.ndarray:
+    return np.arange(math.prod(shape)).astype(dtype).reshape(shape)
+
+
+def small(tname: str, shape, seed: int = 0) -> np.ndarray:
+    """Small deterministic values exact in the type (incl. unsigned: 0..6)."""
+    rng = np.random.default_rng(seed)
+    v = rng.integers(0, 7, size=shape)
+    if not tname.startswith("uint"):
+        v = v - 3
+    return np.asarray(v).astype(np_type(tname))
+
+
+# -- checks and references ---------------------------------------------------------------------------
+
+def is_readonly_view(out: np.ndarray, of: np.ndarray) -> bool:
+    return np.shares_memory(out, of) and not out.flags.writeable
+
+
+def raises_naming_node(kind, pattern: str):
+    """pytest.raises for an error of `kind` whose message names the node and matches pattern."""
+    return pytest.raises(kind, match=re.compile(f"(?s){NODE}.*({pattern})", re.I))
+
+
+def expect_kernel_error(op, version, inputs, *fragments, **attrs):
+    """The node fails at run time with a KernelError naming the node and every fragment."""
+    with pytest.raises(KernelError) as info:
+        run_node(op, version, inputs, **attrs)
+    message = str(info.value)
+    assert NODE in message, message
+    for fragment in fragments:
+        assert re.search(fragment, message, re.I), (fragment, message)
+
+
+def legacy_ref(fn, a, b, axis, dtype=None):
+    """Opsets 1-6 broadcast=1: B matches A's dims from `axis` (default: suffix), size-1 dims of B repeat.
+    out[pos] = fn(a[pos], b[...]) computed on Python values, stored as `dtype` (default: A's type)."""
+    start = a.ndim - b.ndim if axis is None else axis
+    out = np.empty(a.shape, dtype=object)
+    for pos in np.ndindex(*a.shape):
+        out[pos] = fn(a[pos].item(), b[tuple(0 if d == 1 else pos[start + k] for k, d in enumerate(b.shape))].item())
+    return out.astype(np.float64).astype(a.dtype) if dtype is None else out.astype(dtype)

@@ -10,36 +10,18 @@ import re
 
 import ml_dtypes
 import numpy as np
-import onnx.defs
 import pytest
 from onnx import TensorProto, helper
 
 import onnx_mini
 from onnx_mini.errors import InvalidNodeError, KernelError
 
-from helpers import assert_same as _assert_same, elem_type, np_type
+from helpers import NODE, assert_same, elem_type, np_type, run_node, type_names
 
 CAST_VERSIONS = [1, 6, 9, 13, 19, 21, 23, 24, 25, 28]
 CASTLIKE_VERSIONS = [15, 19, 21, 23, 24, 25]
 T = TensorProto
 F8 = {"float8e4m3fn": 448.0, "float8e4m3fnuz": 240.0, "float8e5m2": 57344.0, "float8e5m2fnuz": 57344.0}
-
-
-def assert_same(got, exp) -> None:
-    """helpers.assert_same, plus NaN-aware comparison for float8_e5m2 (whose numpy kind is 'f',
-    so helpers' assert_array_equal sees its NaNs as unequal)."""
-    if isinstance(exp, np.ndarray) and exp.dtype == np.dtype(ml_dtypes.float8_e5m2):
-        assert type(got) is np.ndarray and got.dtype == exp.dtype and got.shape == exp.shape
-        np.testing.assert_array_equal(got.astype(np.float64), exp.astype(np.float64))
-        return
-    _assert_same(got, exp)
-
-
-def allowed(op: str, version: int, param: str) -> list[str]:
-    schema = onnx.defs.get_schema(op, version)
-    assert schema.since_version == version
-    (tc,) = [t for t in schema.type_constraints if t.type_param_str == param]
-    return [t[len("tensor("):-1] for t in tc.allowed_type_strs]
 
 
 def run_nodes(nodes, inputs: dict, outputs: list, opset: int):
@@ -50,9 +32,8 @@ def run_nodes(nodes, inputs: dict, outputs: list, opset: int):
     return onnx_mini.prepare(model).run(list(inputs.values()))
 
 
-def cast(version: int, x: np.ndarray, to, name="cast_node", **attrs):
-    (out,) = run_nodes([helper.make_node("Cast", ["x"], ["y"], name=name, to=to, **attrs)], {"x": x}, ["y"], version)
-    return out
+def cast(version: int, x: np.ndarray, to, **attrs):
+    return run_node("Cast", version, [x], to=to, **attrs)
 
 
 # -- every allowed pair --------------------------------------------------------------------------
@@ -94,13 +75,13 @@ def as_text(values, src: str) -> np.ndarray:
 def pair_cases(op, versions):
     out = []
     for v in versions:
-        for src in allowed(op, v, "T1"):
+        for src in type_names(op, v, "T1"):
             out.append(pytest.param(v, src, id=f"v{v}-{src}"))
     return out
 
 
 def check_every_target(op, version, src):
-    targets = allowed(op, version, "T2")
+    targets = type_names(op, version, "T2")
     x_by_target, nodes, outs, inputs = {}, [], [], {}
     for k, dst in enumerate(targets):
         vals = [v for v in CANDIDATES if representable(v, src) and representable(v, dst)]
@@ -291,7 +272,7 @@ def test_cast_to_float8e8m0_special_values(version):
 
 @pytest.mark.parametrize("version", [24, 25, 28])
 def test_round_mode_is_checked(version):
-    with pytest.raises(InvalidNodeError, match="cast_node.*round_mode"):
+    with pytest.raises(InvalidNodeError, match=f"{NODE}.*round_mode"):
         cast(version, np.ones(2, np.float32), T.FLOAT8E8M0, round_mode="sideways")
 
 
@@ -365,14 +346,14 @@ def test_cast_1_takes_a_type_name(to, dtype):
     (25, getattr(T, "FLOAT6E2M3", 0)), (28, T.COMPLEX64), (28, 0),
 ])
 def test_cast_rejects_types_the_version_does_not_allow(version, to):
-    with pytest.raises(InvalidNodeError, match="cast_node.*to"):
+    with pytest.raises(InvalidNodeError, match=f"{NODE}.*to"):
         cast(version, np.ones(2, np.float32), to)
 
 
 @pytest.mark.parametrize("version,x", [(6, np.array(["1"], dtype=object)), (13, np.ones(2, ml_dtypes.float8_e4m3fn)),
                                        (9, np.ones(2, ml_dtypes.bfloat16)), (19, np.ones(2, np.complex64))])
 def test_cast_rejects_input_types_the_version_does_not_allow(version, x):
-    with pytest.raises(KernelError, match=re.compile("cast_node.*not allowed", re.S)):
+    with pytest.raises(KernelError, match=re.compile(f"{NODE}.*not allowed", re.S)):
         cast(version, x, T.FLOAT)
 
 
@@ -386,9 +367,7 @@ def test_cast_empty_and_scalar(version):
 # -- CastLike ------------------------------------------------------------------------------------
 
 def castlike(version, x, like, **attrs):
-    node = helper.make_node("CastLike", ["x", "like"], ["y"], name="castlike_node", **attrs)
-    (out,) = run_nodes([node], {"x": x, "like": like}, ["y"], version)
-    return out
+    return run_node("CastLike", version, [x, like], **attrs)
 
 
 @pytest.mark.parametrize("version", CASTLIKE_VERSIONS[1:])
@@ -423,15 +402,14 @@ def test_castlike_strings_and_truncation(version):
                                           (21, np.zeros(1, ml_dtypes.float4_e2m1fn)),
                                           (25, np.zeros(1, np.complex64))])
 def test_castlike_rejects_target_types_the_version_does_not_allow(version, like):
-    with pytest.raises(KernelError, match=re.compile("castlike_node.*target_type", re.S)):
+    with pytest.raises(KernelError, match=re.compile(f"{NODE}.*target_type", re.S)):
         castlike(version, np.ones(2, np.float32), like)
 
 
 # -- BitCast -------------------------------------------------------------------------------------
 
-def bitcast(x, to, name="bitcast_node"):
-    (out,) = run_nodes([helper.make_node("BitCast", ["x"], ["y"], name=name, to=to)], {"x": x}, ["y"], 26)
-    return out
+def bitcast(x, to):
+    return run_node("BitCast", 26, [x], to=to)
 
 
 BITCAST_EXAMPLES = [  # (input, to, expected): bit patterns written by hand
@@ -467,11 +445,11 @@ def test_bitcast_examples(x, to, expected):
 
 
 def bitcast_pairs():
-    types = allowed("BitCast", 26, "T1")
+    types = type_names("BitCast", 26, "T1")
     small = {"bool": 8, "int4": 4, "uint4": 4, "float4e2m1": 4, "int2": 2, "uint2": 2}
     width = {t: small.get(t, np_type(t).itemsize * 8) for t in types}
     return [pytest.param(a, b, id=f"{a}-{b}")
-            for a in types for b in allowed("BitCast", 26, "T2") if width[a] == width[b]]
+            for a in types for b in type_names("BitCast", 26, "T2") if width[a] == width[b]]
 
 
 @pytest.mark.parametrize("src,dst", bitcast_pairs())
@@ -496,25 +474,25 @@ def test_bitcast_every_same_width_pair(src, dst):
 @pytest.mark.parametrize("x,to", [(np.ones(2, np.float32), T.INT64), (np.ones(2, np.int8), T.INT16),
                                   (np.ones(2, ml_dtypes.int4), T.INT8), (np.ones(2, np.float64), T.COMPLEX128)])
 def test_bitcast_needs_the_same_bit_width(x, to):
-    with pytest.raises(KernelError, match=re.compile("bitcast_node.*bit width", re.S)):
+    with pytest.raises(KernelError, match=re.compile(f"{NODE}.*bit width", re.S)):
         bitcast(x, to)
 
 
 @pytest.mark.parametrize("to", [T.STRING, 0])
 def test_bitcast_rejects_string_target(to):
-    with pytest.raises(InvalidNodeError, match="bitcast_node"):
+    with pytest.raises(InvalidNodeError, match=NODE):
         bitcast(np.ones(2, np.float32), to)
 
 
 def test_bitcast_rejects_strings():
-    with pytest.raises(KernelError, match="bitcast_node"):
+    with pytest.raises(KernelError, match=NODE):
         bitcast(np.array(["a"], dtype=object), T.UINT8)
 
 
 @pytest.mark.parametrize("src", ["float", "string", "int8", "bool", "float8e8m0"])
 def test_cast_scalar_and_empty_to_every_type(src):
     """0-d and empty inputs keep their shape for every target of Cast-28 (1 is exact in all types)."""
-    targets = allowed("Cast", 28, "T2")
+    targets = type_names("Cast", 28, "T2")
     x = typed([1], src).reshape(())
     nodes = [helper.make_node("Cast", ["x"], [f"y{k}"], to=getattr(T, d.upper())) for k, d in enumerate(targets)]
     nodes += [helper.make_node("Cast", ["e"], [f"z{k}"], to=getattr(T, d.upper())) for k, d in enumerate(targets)]

@@ -12,57 +12,14 @@ import ml_dtypes
 import numpy as np
 import onnx.defs
 import pytest
-from onnx import helper
 
-import onnx_mini
 from onnx_mini.errors import KernelError, OnnxMiniError
 
-from helpers import assert_same, elem_type, np_type, run_op as run, sample, type_matrix
+from helpers import (arr, assert_same, i64, legacy_ref, np_type, op_type_matrix, run_node, run_op as run, sample,
+                     type_matrix, versions)
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FLOATS = [np.float16, np.float32, np.float64, BF16]
-
-
-def arr(values, dtype) -> np.ndarray:
-    """values (exact in `dtype`) as an array of `dtype`; floats go through float64."""
-    dt = np.dtype(dtype)
-    if dt == object:
-        return np.array(values, dtype=object)
-    return np.array(values).astype(dt) if dt.kind in "iub" else np.array(values, np.float64).astype(dt)
-
-
-def op_type_matrix(table: dict) -> list:
-    """(op, version, type name) for every op of `table` (op -> (versions, ...)) and every type of its versions."""
-    return [pytest.param(op, *p.values, id=f"{op}-{p.id}") for op in table for p in type_matrix(op, table[op][0])]
-
-
-def run_named(op, version, inputs, name="the_node", **attrs):
-    """One node called `name`; an input given as None is omitted (empty name)."""
-    names = ["" if x is None else f"in{k}" for k, x in enumerate(inputs)]
-    while names and not names[-1]:
-        names.pop()
-    node = helper.make_node(op, names, ["out"], name=name, **attrs)
-    declared = [helper.make_tensor_value_info(n, elem_type(x.dtype), x.shape)
-                for n, x in zip(names, inputs) if x is not None]
-    graph = helper.make_graph([node], "g", declared, [helper.make_empty_tensor_value_info("out")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", version)], ir_version=10)
-    (out,) = onnx_mini.prepare(model).run([x for x in inputs if x is not None])
-    return out
-
-
-def versions(op: str) -> list[int]:
-    return sorted(s.since_version for s in onnx.defs.get_all_schemas_with_history()
-                  if s.name == op and s.domain == "")
-
-
-def legacy_ref(fn, a, b, axis, dtype=None):
-    """Opsets 1-6 broadcast=1: B matches A's dims from `axis` (default: suffix), size-1 dims of B repeat.
-    out[pos] = fn(a[pos], b[...]) computed on Python values, stored as `dtype` (default: A's type)."""
-    start = a.ndim - b.ndim if axis is None else axis
-    out = np.empty(a.shape, dtype=object)
-    for pos in np.ndindex(*a.shape):
-        out[pos] = fn(a[pos].item(), b[tuple(0 if d == 1 else pos[start + k] for k, d in enumerate(b.shape))].item())
-    return out.astype(np.float64).astype(a.dtype) if dtype is None else out.astype(dtype)
 
 
 # -- Add, Sub, Mul, Div: every version, every type ---------------------------------------------
@@ -128,7 +85,7 @@ def test_arith_legacy_same_shape_without_broadcast(op, version):
     a, b = arr(A, np.float32), arr(B, np.float32)
     assert_same(run(op, version, [a, b]), arr(BASIC[op][1], np.float32))
     with pytest.raises(KernelError, match=re.compile("the_node.*broadcast", re.I)):
-        run_named(op, version, [a, arr([1, 2, 3], np.float32)])        # broadcast=0: shapes must match
+        run_node(op, version, [a, arr([1, 2, 3], np.float32)])        # broadcast=0: shapes must match
 
 
 @pytest.mark.parametrize("op", ARITH)
@@ -137,7 +94,7 @@ def test_arith_legacy_same_shape_without_broadcast(op, version):
 def test_arith_legacy_bad_broadcast(op, version, sb, axis):
     attrs = {"broadcast": 1} if axis is None else {"broadcast": 1, "axis": axis}
     with pytest.raises(KernelError, match="the_node"):
-        run_named(op, version, [np.ones((2, 3, 4, 5), np.float32), np.ones(sb, np.float32)], **attrs)
+        run_node(op, version, [np.ones((2, 3, 4, 5), np.float32), np.ones(sb, np.float32)], **attrs)
 
 
 @pytest.mark.parametrize("op", ARITH + ["Mod", "Pow", "Max", "Min", "Sum", "Mean"])
@@ -145,14 +102,14 @@ def test_arith_legacy_bad_broadcast(op, version, sb, axis):
 def test_shapes_that_do_not_broadcast(op, sb):
     version = versions(op)[-1]
     with pytest.raises(KernelError, match=re.compile(rf"the_node.*{op}.*(broadcast|shape)", re.I)):
-        run_named(op, version, [np.ones((2, 3, 4, 5), np.float32), np.ones(sb, np.float32)],
+        run_node(op, version, [np.ones((2, 3, 4, 5), np.float32), np.ones(sb, np.float32)],
                   **({"fmod": 1} if op == "Mod" else {}))
 
 
 @pytest.mark.parametrize("op", ARITH + ["Mod", "Max", "Sum"])
 def test_mixed_types_are_an_error(op):
     with pytest.raises(KernelError, match=re.compile("the_node.*type", re.I)):
-        run_named(op, versions(op)[-1], [np.ones(3, np.float32), np.ones(3, np.float64)],
+        run_node(op, versions(op)[-1], [np.ones(3, np.float32), np.ones(3, np.float64)],
                   **({"fmod": 1} if op == "Mod" else {}))
 
 
@@ -192,7 +149,7 @@ def test_unsigned_div(dtype):
 @pytest.mark.parametrize("version,dtype", int_div_params([np.int32, np.int64, np.uint32, np.int8, np.uint16]))
 def test_integer_division_by_zero_is_an_error(version, dtype):
     with pytest.raises(KernelError, match=re.compile("the_node.*division by zero", re.I)):
-        run_named("Div", version, [np.array([1, 2, 3], dtype), np.array([1, 0, 1], dtype)])
+        run_node("Div", version, [np.array([1, 2, 3], dtype), np.array([1, 0, 1], dtype)])
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -264,13 +221,13 @@ def test_mod_28_float_special_cases(dtype):
 @pytest.mark.parametrize("fmod", [0, 1])
 def test_mod_integer_by_zero_is_an_error(version, fmod):
     with pytest.raises(KernelError, match=re.compile("the_node.*zero", re.I)):
-        run_named("Mod", version, [np.array([5, 6], np.int32), np.array([0, 2], np.int32)], fmod=fmod)
+        run_node("Mod", version, [np.array([5, 6], np.int32), np.array([0, 2], np.int32)], fmod=fmod)
 
 
 @pytest.mark.parametrize("version", [10, 28])
 def test_mod_bad_fmod_attribute(version):
     with pytest.raises(OnnxMiniError, match="the_node"):
-        run_named("Mod", version, [np.array([5], np.int32), np.array([2], np.int32)], fmod=2)
+        run_node("Mod", version, [np.array([5], np.int32), np.array([2], np.int32)], fmod=2)
 
 
 def test_mod_broadcast():
@@ -330,7 +287,7 @@ def test_pow_integer_negative_exponent(dtype, edtype):
     y = np.array([-1, -3, -3, -2, 0, 1, -2], edtype)
     assert_same(run("Pow", 15, [x, y]), np.array([0, 1, -1, 1, 1, 7, 0], dtype))
     with pytest.raises(KernelError, match=re.compile("the_node.*negative", re.I)):
-        run_named("Pow", 15, [np.array([0, 2], dtype), np.array([-1, 1], edtype)])
+        run_node("Pow", 15, [np.array([0, 2], dtype), np.array([-1, 1], edtype)])
 
 
 def test_pow_integer_overflow_wraps():
@@ -361,7 +318,7 @@ def test_pow_legacy_broadcast(dtype, sb, axis):
 
 def test_pow_7_needs_same_types():
     with pytest.raises(KernelError, match="the_node"):
-        run_named("Pow", 7, [np.ones(2, np.float32), np.ones(2, np.float64)])
+        run_node("Pow", 7, [np.ones(2, np.float32), np.ones(2, np.float64)])
 
 
 def test_pow_broadcast():
@@ -421,7 +378,7 @@ def test_variadic_broadcast(op, version):
 @pytest.mark.parametrize("version", [1, 6])
 def test_variadic_legacy_needs_same_shapes(op, version):
     with pytest.raises(KernelError, match=re.compile("the_node.*shape", re.I)):
-        run_named(op, version, [np.ones((2, 3), np.float32), np.ones((3,), np.float32)])
+        run_node(op, version, [np.ones((2, 3), np.float32), np.ones((3,), np.float32)])
 
 
 @pytest.mark.parametrize("op", ["Max", "Min"])
@@ -486,11 +443,11 @@ def test_clip_inputs_every_type(version, tname):
     else:
         x, lo, hi, exp = [-5, -2, 0, 3, 100], -2, 3, [-2, -2, 0, 3, 3]
     x = arr(x, dt)
-    assert_same(run_named("Clip", version, [x, arr(lo, dt), arr(hi, dt)]), arr(exp, dt))
+    assert_same(run_node("Clip", version, [x, arr(lo, dt), arr(hi, dt)]), arr(exp, dt))
     # omitted min (empty name in the middle), omitted max (trailing), both omitted
-    assert_same(run_named("Clip", version, [x, None, arr(hi, dt)]), arr(np.minimum(x.astype(float), hi), dt))
-    assert_same(run_named("Clip", version, [x, arr(lo, dt)]), arr(np.maximum(x.astype(float), lo), dt))
-    assert_same(run_named("Clip", version, [x]), x)
+    assert_same(run_node("Clip", version, [x, None, arr(hi, dt)]), arr(np.minimum(x.astype(float), hi), dt))
+    assert_same(run_node("Clip", version, [x, arr(lo, dt)]), arr(np.maximum(x.astype(float), lo), dt))
+    assert_same(run_node("Clip", version, [x]), x)
 
 
 @pytest.mark.parametrize("version,dtype", [(v, t) for v in (11, 12, 13) for t in FLOATS if v == 13 or t != BF16])
@@ -524,9 +481,9 @@ def test_clip_bounds_of_one_element(version):
 def test_clip_bad_bounds(version):
     x = arr([1, 2], np.float32)
     with pytest.raises(KernelError, match=re.compile("the_node.*scalar", re.I)):
-        run_named("Clip", version, [x, arr([0, 1], np.float32)])
+        run_node("Clip", version, [x, arr([0, 1], np.float32)])
     with pytest.raises(KernelError, match=re.compile("the_node.*type", re.I)):
-        run_named("Clip", version, [x, None, arr(1, np.float64)])
+        run_node("Clip", version, [x, None, arr(1, np.float64)])
 
 
 def test_clip_empty():
@@ -534,10 +491,6 @@ def test_clip_empty():
 
 
 # -- Expand --------------------------------------------------------------------------------------
-
-def i64(v):
-    return np.array(v, dtype=np.int64)
-
 
 @pytest.mark.parametrize("version,tname", type_matrix("Expand", [8, 13]))
 def test_expand_every_type(version, tname):
@@ -571,12 +524,12 @@ def test_expand_shapes(version, in_shape, shape, out_shape):
 ])
 def test_expand_errors(version, in_shape, shape, pattern):
     with pytest.raises(KernelError, match=re.compile(f"the_node.*{pattern}", re.I)):
-        run_named("Expand", version, [np.zeros(in_shape, np.float32), i64(shape)])
+        run_node("Expand", version, [np.zeros(in_shape, np.float32), i64(shape)])
 
 
 def test_expand_shape_must_be_int64():
     with pytest.raises(KernelError, match="int64"):
-        run_named("Expand", 13, [np.zeros(3, np.float32), np.array([2, 3], np.int32)])
+        run_node("Expand", 13, [np.zeros(3, np.float32), np.array([2, 3], np.int32)])
 
 
 def test_expand_leaves_input_alone():

@@ -1,57 +1,16 @@
 """Spec tests for Gather (1, 11, 13) and GatherND (11, 12, 13).
 
 Expected values come from plain loops written from the spec text (gather_ref, gather_nd_ref) or by hand.
-`run_named` (a named node, several outputs) is shared with test_ops_scatter.py and test_ops_indices.py.
 """
 from __future__ import annotations
 
-import copy
-import re
-
 import numpy as np
 import pytest
-from onnx import AttributeProto, helper
 
-import onnx_mini
-from onnx_mini.errors import InvalidNodeError, KernelError, OnnxMiniError
+from onnx_mini.errors import InvalidNodeError, OnnxMiniError
 
-from helpers import assert_same, elem_type, np_type, run_op as run, sample, type_matrix
-
-NODE = "node_under_test"
-
-
-def run_named(op: str, version: int, inputs: list, n_outputs: int = 1, **attrs) -> list:
-    """Run a one-node model whose node is called NODE; return every output. Omitted inputs are None.
-    Checks that the caller's inputs are left untouched."""
-    names = ["" if x is None else f"in{k}" for k, x in enumerate(inputs)]
-    node = helper.make_node(op, names, [f"out{k}" for k in range(n_outputs)], name=NODE)
-    for k, v in attrs.items():
-        empty_ints = isinstance(v, list) and not v
-        node.attribute.append(helper.make_attribute(k, v, attr_type=AttributeProto.INTS if empty_ints else None))
-    declared = [helper.make_tensor_value_info(n, elem_type(x.dtype), x.shape) for n, x in zip(names, inputs) if n]
-    graph = helper.make_graph([node], "g", declared,
-                              [helper.make_empty_tensor_value_info(f"out{k}") for k in range(n_outputs)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", version)], ir_version=10)
-    given = [x for x in inputs if x is not None]
-    before = copy.deepcopy(given)
-    outs = onnx_mini.prepare(model).run(given)
-    assert_same(given, before)
-    return outs
-
-
-def expect_kernel_error(op, version, inputs, *fragments, **attrs):
-    """The node fails at run time with a KernelError naming the node and every fragment."""
-    with pytest.raises(KernelError) as info:
-        run_named(op, version, inputs, **attrs)
-    message = str(info.value)
-    assert NODE in message, message
-    for fragment in fragments:
-        assert re.search(fragment, message, re.I), (fragment, message)
-
-
-def i64(values) -> np.ndarray:
-    return np.array(values, dtype=np.int64)
-
+from helpers import (NODE, assert_same, expect_kernel_error, i64, np_type, run_node, run_op as run, sample,
+                     type_matrix)
 
 # -- Gather --------------------------------------------------------------------------------------
 
@@ -249,7 +208,7 @@ def test_gather_nd_batch_dims_errors(version):
                         batch_dims=1)
     expect_kernel_error("GatherND", version, [data, np.array([[2, 0]], np.int64)], r"index 2\b", batch_dims=0)
     with pytest.raises(InvalidNodeError, match=NODE):
-        run_named("GatherND", version, [data, np.zeros((2, 1), np.int64)], batch_dims=-1)
+        run_node("GatherND", version, [data, np.zeros((2, 1), np.int64)], batch_dims=-1)
 
 
 @pytest.mark.parametrize("version", GATHERND_VERSIONS)
@@ -261,7 +220,7 @@ def test_gather_nd_index_tuple_too_long_and_int32(version):
 
 def test_gather_nd_11_has_no_batch_dims():
     with pytest.raises(OnnxMiniError, match="batch_dims"):
-        run_named("GatherND", 11, [np.zeros((2, 3), np.float32), np.zeros((2, 1), np.int64)], batch_dims=1)
+        run_node("GatherND", 11, [np.zeros((2, 3), np.float32), np.zeros((2, 1), np.int64)], batch_dims=1)
 
 
 def test_gather_large_matches_take():

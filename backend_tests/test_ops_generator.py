@@ -7,24 +7,11 @@ import re
 
 import ml_dtypes
 import numpy as np
-import onnx.defs
 import pytest
 from onnx import TensorProto
 
-from helpers import assert_same, np_type, sample
+from helpers import NODE, assert_same, i64, np_type, run_node, sample, type_params
 from onnx_mini.errors import InvalidNodeError, KernelError
-from test_ops_reduction import NODE, i64, run_node
-
-
-def constraint_matrix(op: str, versions, param: str) -> list:
-    """(version, type name) for every tensor type of type parameter `param`."""
-    out = []
-    for v in versions:
-        schema = onnx.defs.get_schema(op, v)
-        assert schema.since_version == v
-        (c,) = [c for c in schema.type_constraints if c.type_param_str == param]
-        out += [pytest.param(v, t[7:-1], id=f"v{v}-{t[7:-1]}") for t in c.allowed_type_strs]
-    return out
 
 
 # -- ConstantOfShape -------------------------------------------------------------------------------
@@ -32,7 +19,7 @@ def constraint_matrix(op: str, versions, param: str) -> list:
 COS_VERSIONS = [9, 20, 21, 23, 24, 25]
 
 
-@pytest.mark.parametrize("version,tname", constraint_matrix("ConstantOfShape", COS_VERSIONS, "T2"))
+@pytest.mark.parametrize("version,tname", type_params("ConstantOfShape", COS_VERSIONS, "T2"))
 def test_constant_of_shape_every_type(version, tname):
     value = sample(tname, (3,))[2:3]  # a non-zero value of the type
     got = run_node("ConstantOfShape", version, [i64([2, 3])], value=value)
@@ -88,14 +75,14 @@ def eye_ref(rows, cols, k, dtype):
     return out
 
 
-@pytest.mark.parametrize("version,tname", constraint_matrix("EyeLike", [9, 22], "T1"))
+@pytest.mark.parametrize("version,tname", type_params("EyeLike", [9, 22], "T1"))
 def test_eye_like_every_input_type(version, tname):
     x = sample(tname, (3, 4))
     assert_same(run_node("EyeLike", version, [x]), eye_ref(3, 4, 0, x.dtype))
     assert_same(run_node("EyeLike", version, [x], k=1), eye_ref(3, 4, 1, x.dtype))
 
 
-@pytest.mark.parametrize("version,tname", constraint_matrix("EyeLike", [9, 22], "T2"))
+@pytest.mark.parametrize("version,tname", type_params("EyeLike", [9, 22], "T2"))
 def test_eye_like_every_dtype(version, tname):
     x = np.zeros((4, 2), np.int32)
     dtype = getattr(TensorProto, tname.upper())
@@ -146,7 +133,7 @@ RANGE_CASES = [  # (start, limit, delta)
 FLOAT_RANGE_CASES = [(0.5, 2.25, 0.25), (1.0, -1.0, -0.375), (0.1, 1.0, 0.1), (0.0, 1.0, 0.3)]
 
 
-@pytest.mark.parametrize("version,tname", constraint_matrix("Range", [11, 27], "T"))
+@pytest.mark.parametrize("version,tname", type_params("Range", [11, 27], "T"))
 def test_range_every_type(version, tname):
     dt = np_type(tname)
     cases = RANGE_CASES + (FLOAT_RANGE_CASES if dt.kind not in "iu" else [])

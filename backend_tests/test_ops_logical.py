@@ -14,8 +14,8 @@ import pytest
 
 from onnx_mini.errors import KernelError, OnnxMiniError
 
-from helpers import assert_same, np_type, run_op as run, type_matrix
-from test_ops_elementwise import arr, legacy_ref, op_type_matrix, run_named, versions
+from helpers import (arr, assert_same, legacy_ref, np_type, op_type_matrix, run_node, run_op as run, type_matrix,
+                     versions)
 
 T, F = True, False
 
@@ -83,7 +83,7 @@ def test_logic_legacy_broadcast(op, sb, axis):
 @pytest.mark.parametrize("op", LOGIC)
 def test_logic_legacy_without_broadcast_needs_same_shape(op):
     with pytest.raises(KernelError, match=re.compile("the_node.*broadcast", re.I)):
-        run_named(op, 1, [bools([[T, F], [F, T]]), bools([T, F])])
+        run_node(op, 1, [bools([[T, F], [F, T]]), bools([T, F])])
 
 
 @pytest.mark.parametrize("op", list(LOGIC) + ["BitwiseAnd", "Equal", "Greater", "LessOrEqual", "BitShift"])
@@ -91,7 +91,7 @@ def test_shapes_that_do_not_broadcast(op):
     attrs = {"direction": "LEFT"} if op == "BitShift" else {}
     dt = bool if op in LOGIC or op == "Equal" else np.uint8
     with pytest.raises(KernelError, match=re.compile(rf"the_node.*{op}.*(broadcast|shape)", re.I)):
-        run_named(op, versions(op)[-1], [np.ones((2, 3), dt), np.ones((2,), dt)], **attrs)
+        run_node(op, versions(op)[-1], [np.ones((2, 3), dt), np.ones((2,), dt)], **attrs)
 
 
 @pytest.mark.parametrize("version,tname", type_matrix("Not", [1]))
@@ -180,7 +180,7 @@ def test_equal_strings_broadcast():
 @pytest.mark.parametrize("op", CMP)
 def test_comparison_mixed_types_are_an_error(op):
     with pytest.raises(KernelError, match=re.compile("the_node.*type", re.I)):
-        run_named(op, CMP[op][0][-1], [np.ones(2, np.int32), np.ones(2, np.int64)])
+        run_node(op, CMP[op][0][-1], [np.ones(2, np.int32), np.ones(2, np.int64)])
 
 
 # -- BitShift ------------------------------------------------------------------------------------
@@ -238,12 +238,12 @@ def test_bitshift_broadcast():
 @pytest.mark.parametrize("attrs", [{"direction": "UP"}, {"direction": "left"}, {}])
 def test_bitshift_bad_direction(version, attrs):
     with pytest.raises(OnnxMiniError, match=re.compile("the_node.*direction", re.I)):
-        run_named("BitShift", version, [np.ones(2, np.uint8), np.ones(2, np.uint8)], **attrs)
+        run_node("BitShift", version, [np.ones(2, np.uint8), np.ones(2, np.uint8)], **attrs)
 
 
 def test_bitshift_mixed_types_are_an_error():
     with pytest.raises(KernelError, match=re.compile("the_node.*type", re.I)):
-        run_named("BitShift", 28, [np.ones(2, np.uint8), np.ones(2, np.int8)], direction="LEFT")
+        run_node("BitShift", 28, [np.ones(2, np.uint8), np.ones(2, np.int8)], direction="LEFT")
 
 
 # -- BitwiseAnd, BitwiseOr, BitwiseXor, BitwiseNot ----------------------------------------------
@@ -292,4 +292,4 @@ def test_bitwise_not_every_type(version, tname):
 @pytest.mark.parametrize("op", BITWISE)
 def test_bitwise_mixed_types_are_an_error(op):
     with pytest.raises(KernelError, match=re.compile("the_node.*type", re.I)):
-        run_named(op, 18, [np.ones(2, np.int32), np.ones(2, np.uint32)])
+        run_node(op, 18, [np.ones(2, np.int32), np.ones(2, np.uint32)])

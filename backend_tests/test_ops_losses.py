@@ -6,7 +6,6 @@ loss = -input[n, c, d...] * weight[c] with c = target[n, d...], 0 where target =
 """
 from __future__ import annotations
 
-import math
 import re
 
 import ml_dtypes
@@ -15,8 +14,7 @@ import pytest
 
 from onnx_mini.errors import InvalidNodeError, KernelError
 
-from helpers import np_type, type_matrix
-from test_ops_ordering import run_outputs
+from helpers import NODE, np_type, run_node, type_matrix
 
 RTOL = {"float16": 2e-3, "bfloat16": 1.6e-2, "float": 1e-6, "double": 1e-12}
 
@@ -73,8 +71,8 @@ REDUCTIONS = ["none", "sum", "mean"]
 def test_nll_every_type(version, tname, tind, reduction):
     x, t, w = case(tname, (3, 4), 1, tind)
     for weight in (None, w):
-        got = run_outputs("NegativeLogLikelihoodLoss", version, [x, t] + ([] if weight is None else [weight]),
-                          reduction=reduction)[0]
+        got = run_node("NegativeLogLikelihoodLoss", version, [x, t] + ([] if weight is None else [weight]),
+                       reduction=reduction)
         check(got, nll_ref(x, t, weight, reduction), x.dtype, tname)
 
 
@@ -85,8 +83,8 @@ def test_sce_every_type(version, tname, tind, reduction):
     x, t, w = case(tname, (3, 4), 2, tind)
     lp = log_softmax_ref(x)
     for weight in (None, w):
-        loss, log_prob = run_outputs("SoftmaxCrossEntropyLoss", version,
-                                     [x, t] + ([] if weight is None else [weight]), 2, reduction=reduction)
+        loss, log_prob = run_node("SoftmaxCrossEntropyLoss", version,
+                                  [x, t] + ([] if weight is None else [weight]), 2, reduction=reduction)
         check(loss, nll_ref(lp, t, weight, reduction), x.dtype, tname)
         check(log_prob, lp, x.dtype, tname)
 
@@ -99,7 +97,7 @@ def test_nll_nd_weights_and_ignore_index(shape, reduction, weighted, ignore):
     x, t, w = case("double", shape, 3, ignore=ignore)
     weight = w if weighted else None
     attrs = {"reduction": reduction} | ({} if ignore is None else {"ignore_index": ignore})
-    got = run_outputs("NegativeLogLikelihoodLoss", 22, [x, t] + ([weight] if weighted else []), **attrs)[0]
+    got = run_node("NegativeLogLikelihoodLoss", 22, [x, t] + ([weight] if weighted else []), **attrs)
     check(got, nll_ref(x, t, weight, reduction, ignore), np.float64, "double")
 
 
@@ -111,7 +109,7 @@ def test_sce_nd_weights_and_ignore_index(shape, reduction, weighted, ignore):
     x, t, w = case("float", shape, 4, ignore=ignore)
     weight = w if weighted else None
     attrs = {"reduction": reduction} | ({} if ignore is None else {"ignore_index": ignore})
-    loss, log_prob = run_outputs("SoftmaxCrossEntropyLoss", 13, [x, t] + ([weight] if weighted else []), 2, **attrs)
+    loss, log_prob = run_node("SoftmaxCrossEntropyLoss", 13, [x, t] + ([weight] if weighted else []), 2, **attrs)
     lp = log_softmax_ref(x)
     check(loss, nll_ref(lp, t, weight, reduction, ignore), np.float32, "float")
     check(log_prob, lp, np.float32, "float")
@@ -121,11 +119,11 @@ def test_nll_spec_examples():
     x = np.array([[[1.0, 2.0], [2.0, 2.0], [3.0, 2.0]], [[0.0, 1.0], [2.0, 2.0], [1.0, 2]]], np.float32)
     t = np.array([[2, 1], [0, 2]], np.int64)
     w = np.array([0.2, 0.3, 0.1], np.float32)
-    none = run_outputs("NegativeLogLikelihoodLoss", 13, [x, t], reduction="none")[0]
+    none = run_node("NegativeLogLikelihoodLoss", 13, [x, t], reduction="none")
     np.testing.assert_array_equal(none, np.array([[-3, -2], [0, -2]], np.float32))
-    total = run_outputs("NegativeLogLikelihoodLoss", 13, [x, t, w], reduction="sum")[0]
+    total = run_node("NegativeLogLikelihoodLoss", 13, [x, t, w], reduction="sum")
     np.testing.assert_allclose(total, -1.1, rtol=1e-6)
-    mean = run_outputs("NegativeLogLikelihoodLoss", 13, [x, t, w])[0]   # mean is the default
+    mean = run_node("NegativeLogLikelihoodLoss", 13, [x, t, w])   # mean is the default
     np.testing.assert_allclose(mean, -1.1 / 0.7, rtol=1e-6)
 
 
@@ -134,33 +132,33 @@ def test_mean_divides_by_the_weight_of_targets_not_ignored():
     t = np.array([0, 1, 1], np.int64)
     w = np.array([2.0, 0.5], np.float32)
     # ignored sample 1: loss = 1*2 + 6*0.5 = 5, weights 2 + 0.5
-    got = run_outputs("NegativeLogLikelihoodLoss", 13, [x, t, w], ignore_index=1, reduction="mean")[0]
+    got = run_node("NegativeLogLikelihoodLoss", 13, [x, t, w], ignore_index=1, reduction="mean")
     np.testing.assert_allclose(got, (1 * 2 + 0) / 2.0, rtol=1e-6)   # both class-1 targets ignored
     t2 = np.array([0, 1, -1], np.int64)
-    got = run_outputs("NegativeLogLikelihoodLoss", 13, [x, t2, w], ignore_index=-1, reduction="mean")[0]
+    got = run_node("NegativeLogLikelihoodLoss", 13, [x, t2, w], ignore_index=-1, reduction="mean")
     np.testing.assert_allclose(got, (1 * 2 + 4 * 0.5) / 2.5, rtol=1e-6)
-    got = run_outputs("NegativeLogLikelihoodLoss", 13, [x, t2], ignore_index=-1, reduction="mean")[0]
+    got = run_node("NegativeLogLikelihoodLoss", 13, [x, t2], ignore_index=-1, reduction="mean")
     np.testing.assert_allclose(got, (1 + 4) / 2, rtol=1e-6)           # no weight: a count of 2
 
 
 def test_ignored_entries_are_zero_whatever_the_input():
     x = np.array([[np.inf, -1.0], [-2.0, np.nan]], np.float32)
     t = np.array([5, 0], np.int64)
-    got = run_outputs("NegativeLogLikelihoodLoss", 22, [x, t], ignore_index=5, reduction="none")[0]
+    got = run_node("NegativeLogLikelihoodLoss", 22, [x, t], ignore_index=5, reduction="none")
     np.testing.assert_array_equal(got, np.array([0, 2], np.float32))
 
 
 def test_low_precision_outputs_keep_their_type():
     x = np.array([[0.5, -1.0, 2.0]], dtype=ml_dtypes.bfloat16)
     t = np.array([2], np.int32)
-    loss, lp = run_outputs("SoftmaxCrossEntropyLoss", 13, [x, t], 2)
+    loss, lp = run_node("SoftmaxCrossEntropyLoss", 13, [x, t], 2)
     assert loss.dtype == ml_dtypes.bfloat16 and lp.dtype == ml_dtypes.bfloat16 and loss.shape == ()
     np.testing.assert_allclose(float(loss), -log_softmax_ref(np.array([[0.5, -1.0, 2.0]]))[0, 2], rtol=1e-2)
 
 
 def test_sce_only_first_output_and_large_scores():
     x = np.array([[1000.0, 1001.0, 1002.0]], np.float32)
-    (loss,) = run_outputs("SoftmaxCrossEntropyLoss", 12, [x, np.array([0], np.int64)], 1, reduction="sum")
+    loss = run_node("SoftmaxCrossEntropyLoss", 12, [x, np.array([0], np.int64)], 1, reduction="sum")
     e = np.exp([-2.0, -1.0, 0.0])
     np.testing.assert_allclose(loss, -np.log(e[0] / e.sum()), rtol=1e-6)
 
@@ -169,22 +167,22 @@ def test_sce_only_first_output_and_large_scores():
 def test_errors(op, version):
     x = np.zeros((2, 3), np.float32)
     n = 2 if op == "SoftmaxCrossEntropyLoss" else 1
-    with pytest.raises(KernelError, match=re.compile(r"'loss'.*target value 3 is out of range \[0, 3\)", re.S)):
-        run_outputs(op, version, [x, np.array([0, 3], np.int64)], n, name="loss")
+    with pytest.raises(KernelError, match=re.compile(rf"'{NODE}'.*target value 3 is out of range \[0, 3\)", re.S)):
+        run_node(op, version, [x, np.array([0, 3], np.int64)], n)
     with pytest.raises(KernelError, match="is not ignore_index 1"):
-        run_outputs(op, version, [x, np.array([-1, 1], np.int64)], n, ignore_index=1)
+        run_node(op, version, [x, np.array([-1, 1], np.int64)], n, ignore_index=1)
     with pytest.raises(KernelError, match="does not match"):
-        run_outputs(op, version, [x, np.array([0, 1, 2], np.int64)], n)
+        run_node(op, version, [x, np.array([0, 1, 2], np.int64)], n)
     with pytest.raises(KernelError, match=r"weight must have shape \[3\]"):
-        run_outputs(op, version, [x, np.array([0, 1], np.int64), np.ones(2, np.float32)], n)
+        run_node(op, version, [x, np.array([0, 1], np.int64), np.ones(2, np.float32)], n)
     with pytest.raises(KernelError, match=r"\(N, C"):
-        run_outputs(op, version, [np.zeros(3, np.float32), np.array([0], np.int64)], n)
-    with pytest.raises(InvalidNodeError, match=re.compile(r"'loss'.*reduction", re.S)):
-        run_outputs(op, version, [x, np.array([0, 1], np.int64)], n, name="loss", reduction="avg")
+        run_node(op, version, [np.zeros(3, np.float32), np.array([0], np.int64)], n)
+    with pytest.raises(InvalidNodeError, match=re.compile(rf"'{NODE}'.*reduction", re.S)):
+        run_node(op, version, [x, np.array([0, 1], np.int64)], n, reduction="avg")
 
 
 def test_empty_batch():
     x = np.zeros((0, 3), np.float32)
     t = np.zeros((0,), np.int64)
-    assert run_outputs("NegativeLogLikelihoodLoss", 13, [x, t], reduction="none")[0].shape == (0,)
-    assert float(run_outputs("NegativeLogLikelihoodLoss", 13, [x, t], reduction="sum")[0]) == 0.0
+    assert run_node("NegativeLogLikelihoodLoss", 13, [x, t], reduction="none").shape == (0,)
+    assert float(run_node("NegativeLogLikelihoodLoss", 13, [x, t], reduction="sum")) == 0.0

@@ -1,56 +1,18 @@
 """Spec tests for TopK (1, 10, 11, 24), CumSum (11, 14) and CumProd (26).
 
 Expected values are hand-written or computed by plain loops transcribed from the spec text.
-Also holds run_outputs (a one-node model with several outputs, a node name, omitted inputs), which
-the other test_ops_* files of this family import.
 """
 from __future__ import annotations
 
-import copy
 import re
 
 import ml_dtypes
 import numpy as np
 import pytest
-from onnx import AttributeProto, helper
 
-import onnx_mini
 from onnx_mini.errors import InvalidNodeError, KernelError, OnnxMiniError
 
-from helpers import assert_same, elem_type, np_type, sample, type_matrix
-
-
-def run_outputs(op: str, version: int, inputs: list, n_outputs: int = 1, name: str = "", **attrs) -> list:
-    """Run a one-node model (node called `name`) at opset `version`; an input given as None is an
-    omitted optional input (empty name). Returns the list of outputs; checks inputs stay untouched."""
-    names = ["" if x is None else f"in{k}" for k, x in enumerate(inputs)]
-    outs = [f"out{k}" for k in range(n_outputs)]
-    node = helper.make_node(op, names, outs, name=name)
-    for k, v in attrs.items():
-        empty_ints = isinstance(v, list) and not v
-        node.attribute.append(helper.make_attribute(k, v, attr_type=AttributeProto.INTS if empty_ints else None))
-    given = [(n, x) for n, x in zip(names, inputs) if x is not None]
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, elem_type(x.dtype), x.shape)
-                                            for n, x in given],
-                              [helper.make_empty_tensor_value_info(o) for o in outs])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", version)], ir_version=10)
-    before = copy.deepcopy([x for _, x in given])
-    got = onnx_mini.prepare(model).run([x for _, x in given])
-    assert_same([x for _, x in given], before)
-    return list(got)
-
-
-def i64(values) -> np.ndarray:
-    return np.array(values, dtype=np.int64)
-
-
-def small(tname: str, shape, seed: int = 0) -> np.ndarray:
-    """Small deterministic values exact in the type (incl. unsigned: 0..6)."""
-    rng = np.random.default_rng(seed)
-    v = rng.integers(0, 7, size=shape)
-    if not tname.startswith("uint"):
-        v = v - 3
-    return np.asarray(v).astype(np_type(tname))
+from helpers import NODE, assert_same, i64, np_type, run_node, small, type_matrix
 
 
 # -- TopK ----------------------------------------------------------------------------------------
@@ -70,8 +32,8 @@ def topk_ref(x: np.ndarray, k: int, axis: int, largest: bool):
 
 def topk(version, x, k, **attrs):
     if version == 1:
-        return run_outputs("TopK", 1, [x], 2, k=k, **attrs)
-    return run_outputs("TopK", version, [x, i64([k])], 2, **attrs)
+        return run_node("TopK", 1, [x], 2, k=k, **attrs)
+    return run_node("TopK", version, [x, i64([k])], 2, **attrs)
 
 
 TOPK_VERSIONS = [1, 10, 11, 24]
@@ -161,21 +123,21 @@ def test_top_k_zero_and_full(version):
 
 @pytest.mark.parametrize("version", [10, 11, 24])
 def test_top_k_k_larger_than_axis_is_an_error(version):
-    with pytest.raises(KernelError, match=re.compile(r"'topk'.*k = 4 .*size 3", re.S)):
-        run_outputs("TopK", version, [np.zeros((2, 3), np.float32), i64([4])], 2, name="topk")
+    with pytest.raises(KernelError, match=re.compile(rf"'{NODE}'.*k = 4 .*size 3", re.S)):
+        run_node("TopK", version, [np.zeros((2, 3), np.float32), i64([4])], 2)
 
 
 def test_top_k_bad_k_and_axis():
     with pytest.raises(KernelError, match="k = -1"):
-        run_outputs("TopK", 11, [np.zeros((2, 3), np.float32), i64([-1])], 2)
+        run_node("TopK", 11, [np.zeros((2, 3), np.float32), i64([-1])], 2)
     with pytest.raises(KernelError, match="one value"):
-        run_outputs("TopK", 11, [np.zeros((2, 3), np.float32), i64([1, 2])], 2)
+        run_node("TopK", 11, [np.zeros((2, 3), np.float32), i64([1, 2])], 2)
     with pytest.raises(KernelError, match="axis 2"):
-        run_outputs("TopK", 11, [np.zeros((2, 3), np.float32), i64([1])], 2, axis=2)
+        run_node("TopK", 11, [np.zeros((2, 3), np.float32), i64([1])], 2, axis=2)
     with pytest.raises(OnnxMiniError, match=re.compile("k = 5|size 3", re.I)):
-        run_outputs("TopK", 1, [np.zeros((2, 3), np.float32)], 2, k=5)
+        run_node("TopK", 1, [np.zeros((2, 3), np.float32)], 2, k=5)
     with pytest.raises(InvalidNodeError, match="k"):
-        run_outputs("TopK", 1, [np.zeros((2, 3), np.float32)], 2)  # k attribute is required
+        run_node("TopK", 1, [np.zeros((2, 3), np.float32)], 2)  # k attribute is required
 
 
 # -- CumSum, CumProd -----------------------------------------------------------------------------
@@ -203,8 +165,8 @@ def test_cumulative_every_type(op, version, tname, exclusive, reverse):
     if tname.startswith("uint") or op == "CumProd":
         x = (np.abs(small("int32", (2, 4), seed=4)) + (1 if op == "CumProd" else 0)).astype(np_type(tname))
     for axis_dtype in (np.int32, np.int64):
-        got = run_outputs(op, version, [x, np.array(1, dtype=axis_dtype)], exclusive=exclusive,
-                          reverse=reverse)[0]
+        got = run_node(op, version, [x, np.array(1, dtype=axis_dtype)], exclusive=exclusive,
+                       reverse=reverse)
         exp = cumulative_ref(x, 1, exclusive, reverse, op == "CumProd").astype(x.dtype)
         assert_same(got, exp)
 
@@ -212,14 +174,14 @@ def test_cumulative_every_type(op, version, tname, exclusive, reverse):
 def test_cumsum_spec_example():
     x = np.array([1, 2, 3], dtype=np.float32)
     for (ex, rev), exp in {(0, 0): [1, 3, 6], (1, 0): [0, 1, 3], (0, 1): [6, 5, 3], (1, 1): [5, 3, 0]}.items():
-        got = run_outputs("CumSum", 14, [x, np.array(0, np.int32)], exclusive=ex, reverse=rev)[0]
+        got = run_node("CumSum", 14, [x, np.array(0, np.int32)], exclusive=ex, reverse=rev)
         assert_same(got, np.array(exp, np.float32))
 
 
 def test_cumprod_spec_example():
     x = np.array([1, 2, 3], dtype=np.int64)
     for (ex, rev), exp in {(0, 0): [1, 2, 6], (1, 0): [1, 1, 2], (0, 1): [6, 6, 3], (1, 1): [6, 3, 1]}.items():
-        got = run_outputs("CumProd", 26, [x, np.array(0, np.int64)], exclusive=ex, reverse=rev)[0]
+        got = run_node("CumProd", 26, [x, np.array(0, np.int64)], exclusive=ex, reverse=rev)
         assert_same(got, i64(exp))
 
 
@@ -228,26 +190,26 @@ def test_cumprod_spec_example():
 def test_cumulative_axes_3d(op, version, axis):
     x = (np.arange(24, dtype=np.float64).reshape(2, 3, 4) % 5) * 0.5 + 0.5
     for ex, rev in [(0, 0), (1, 1)]:
-        got = run_outputs(op, version, [x, np.array(axis, np.int64)], exclusive=ex, reverse=rev)[0]
+        got = run_node(op, version, [x, np.array(axis, np.int64)], exclusive=ex, reverse=rev)
         np.testing.assert_allclose(got, cumulative_ref(x, axis % 3, ex, rev, op == "CumProd"), rtol=1e-12)
         assert got.dtype == np.float64 and got.shape == x.shape
 
 
 def test_cumulative_integers_keep_their_type_and_wrap():
     x = np.array([2**31 - 1, 1, 1], dtype=np.int32)
-    assert_same(run_outputs("CumSum", 14, [x, np.array(0, np.int32)])[0],
+    assert_same(run_node("CumSum", 14, [x, np.array(0, np.int32)]),
                 np.array([2**31 - 1, -2**31, -2**31 + 1], np.int32))
     u = np.array([2**32 - 1, 2], dtype=np.uint32)
-    assert_same(run_outputs("CumProd", 26, [u, np.array(0, np.int32)])[0],
+    assert_same(run_node("CumProd", 26, [u, np.array(0, np.int32)]),
                 np.array([2**32 - 1, 2**32 - 2], np.uint32))
 
 
 def test_cumulative_low_precision_rounds_once():
     # float16: 2048 + 1 + 1 is 2050 in float32, but 2048 after each float16 rounding (2049 ties to 2048)
     x = np.array([2048, 1, 1], dtype=np.float16)
-    assert_same(run_outputs("CumSum", 14, [x, np.array(0, np.int32)])[0], np.array([2048, 2048, 2050], np.float16))
+    assert_same(run_node("CumSum", 14, [x, np.array(0, np.int32)]), np.array([2048, 2048, 2050], np.float16))
     b = np.array([1.5, 2, -1], dtype=ml_dtypes.bfloat16)
-    assert_same(run_outputs("CumProd", 26, [b, np.array(0, np.int32)], reverse=1)[0],
+    assert_same(run_node("CumProd", 26, [b, np.array(0, np.int32)], reverse=1),
                 np.array([-3, -2, -1], dtype=ml_dtypes.bfloat16))
 
 
@@ -256,13 +218,13 @@ def test_cumulative_empty(op, version):
     for shape, axis in [((0, 3), 0), ((0, 3), 1), ((2, 0), 1)]:
         x = np.zeros(shape, np.float32)
         for ex in (0, 1):
-            assert_same(run_outputs(op, version, [x, np.array(axis, np.int32)], exclusive=ex)[0], x)
+            assert_same(run_node(op, version, [x, np.array(axis, np.int32)], exclusive=ex), x)
 
 
 @pytest.mark.parametrize("op,version", [("CumSum", 11), ("CumProd", 26)])
 def test_cumulative_bad_axis(op, version):
     x = np.ones((2, 3), np.float32)
-    with pytest.raises(KernelError, match=re.compile(r"'cum'.*axis 2 is out of range", re.S)):
-        run_outputs(op, version, [x, np.array(2, np.int64)], name="cum")
+    with pytest.raises(KernelError, match=re.compile(rf"'{NODE}'.*axis 2 is out of range", re.S)):
+        run_node(op, version, [x, np.array(2, np.int64)])
     with pytest.raises(KernelError, match="0-D"):
-        run_outputs(op, version, [x, np.array([0, 1], np.int64)])
+        run_node(op, version, [x, np.array([0, 1], np.int64)])

@@ -10,56 +10,25 @@ import re
 
 import ml_dtypes
 import numpy as np
-import onnx.defs
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto
 
-import onnx_mini
 from onnx_mini.errors import InvalidNodeError, KernelError
 from onnx_mini.ops.quantization import quantize_array
 
-from helpers import assert_same as _assert_same, elem_type, np_type
+from helpers import NODE, assert_same, np_type, run_node, type_names
 
 T = TensorProto
 Q_VERSIONS = [10, 13, 19, 21, 23, 24, 25, 28]
 F32 = np.float32
 
 
-def assert_same(got, exp) -> None:
-    """helpers.assert_same, with NaN-aware comparison for float8_e5m2 (numpy kind 'f')."""
-    if isinstance(exp, np.ndarray) and exp.dtype == np.dtype(ml_dtypes.float8_e5m2):
-        assert type(got) is np.ndarray and got.dtype == exp.dtype and got.shape == exp.shape
-        np.testing.assert_array_equal(got.astype(np.float64), exp.astype(np.float64))
-        return
-    _assert_same(got, exp)
-
-
-def allowed(op: str, version: int, param: str) -> list[str]:
-    schema = onnx.defs.get_schema(op, version)
-    assert schema.since_version == version
-    (tc,) = [t for t in schema.type_constraints if t.type_param_str == param]
-    return [t[len("tensor("):-1] for t in tc.allowed_type_strs]
-
-
-def run(op: str, version: int, inputs: list, n_out: int = 1, **attrs):
-    names = [f"in{k}" if x is not None else "" for k, x in enumerate(inputs)]
-    outs = [f"out{k}" for k in range(n_out)]
-    node = helper.make_node(op, names, outs, name=f"{op.lower()}_node", **attrs)
-    given = [(n, x) for n, x in zip(names, inputs) if x is not None]
-    declared = [helper.make_tensor_value_info(n, elem_type(x.dtype), x.shape) for n, x in given]
-    graph = helper.make_graph([node], "g", declared,
-                              [helper.make_empty_tensor_value_info(o) for o in outs])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", version)], ir_version=10)
-    got = onnx_mini.prepare(model).run([x for _, x in given])
-    return got[0] if n_out == 1 else got
-
-
 def quantize(version, x, scale, zp=None, **attrs):
-    return run("QuantizeLinear", version, [x, scale] + ([zp] if zp is not None else []), **attrs)
+    return run_node("QuantizeLinear", version, [x, scale] + ([zp] if zp is not None else []), **attrs)
 
 
 def dequantize(version, x, scale, zp=None, **attrs):
-    return run("DequantizeLinear", version, [x, scale] + ([zp] if zp is not None else []), **attrs)
+    return run_node("DequantizeLinear", version, [x, scale] + ([zp] if zp is not None else []), **attrs)
 
 
 def out_param(version):
@@ -71,9 +40,9 @@ def out_param(version):
 def quantize_type_cases():
     cases = []
     for v in Q_VERSIONS:
-        xs = allowed("QuantizeLinear", v, "T1")
-        scales = allowed("QuantizeLinear", v, "T2") if v >= 23 else [None]
-        for out in allowed("QuantizeLinear", v, out_param(v)):
+        xs = type_names("QuantizeLinear", v, "T1")
+        scales = type_names("QuantizeLinear", v, "T2") if v >= 23 else [None]
+        for out in type_names("QuantizeLinear", v, out_param(v)):
             for x in xs:
                 for s in scales:
                     cases.append(pytest.param(v, x, s, out, id=f"v{v}-{x}-{s or 'same'}-{out}"))
@@ -200,9 +169,9 @@ SCALE_ERRORS = [  # (version, x shape, scale shape, attrs, message)
 def test_scale_shape_errors(version, xshape, sshape, attrs, msg):
     x = np.ones(xshape, F32)
     scale = np.ones(sshape, F32)
-    with pytest.raises(KernelError, match=re.compile(f"quantizelinear_node.*({msg})", re.S)):
+    with pytest.raises(KernelError, match=re.compile(f"{NODE}.*({msg})", re.S)):
         quantize(version, x, scale, np.zeros(sshape, np.uint8), **attrs)
-    with pytest.raises(KernelError, match=re.compile(f"dequantizelinear_node.*({msg})", re.S)):
+    with pytest.raises(KernelError, match=re.compile(f"{NODE}.*({msg})", re.S)):
         dequantize(version, x.astype(np.uint8), scale, np.zeros(sshape, np.uint8), **attrs)
 
 
@@ -268,14 +237,14 @@ def test_quantize_output_dtype(version):
     assert_same(quantize(version, x, np.array(2, F32), output_dtype=T.UINT16), np.array([2, 0, 35000], np.uint16))
     assert_same(quantize(version, x, np.array(2, F32), np.array(1, np.int8), output_dtype=T.INT8),
                 np.array([3, -1, 127], np.int8))
-    with pytest.raises(KernelError, match="quantizelinear_node.*output_dtype"):
+    with pytest.raises(KernelError, match=f"{NODE}.*output_dtype"):
         quantize(version, x, np.array(2, F32), np.array(1, np.uint8), output_dtype=T.INT8)
 
 
 @pytest.mark.parametrize("version,out", [(21, T.FLOAT4E2M1), (21, T.INT2), (23, T.UINT2), (24, T.FLOAT),
                                          (28, T.INT32)])
 def test_quantize_output_dtype_must_be_allowed(version, out):
-    with pytest.raises(InvalidNodeError, match="quantizelinear_node.*output_dtype"):
+    with pytest.raises(InvalidNodeError, match=f"{NODE}.*output_dtype"):
         quantize(version, np.ones(2, F32), np.array(2, F32), output_dtype=out)
 
 
@@ -343,8 +312,8 @@ def test_quantize_array_helper():
 def dequantize_type_cases():
     cases = []
     for v in Q_VERSIONS:
-        xs = allowed("DequantizeLinear", v, "T1" if v >= 19 else "T")
-        scales = allowed("DequantizeLinear", v, "T2") if v >= 19 else ["float"]
+        xs = type_names("DequantizeLinear", v, "T1" if v >= 19 else "T")
+        scales = type_names("DequantizeLinear", v, "T2") if v >= 19 else ["float"]
         for x in xs:
             for s in scales:
                 cases.append(pytest.param(v, x, s, id=f"v{v}-{x}-{s}"))
@@ -417,13 +386,13 @@ def test_dequantize_output_dtype(version):
     assert_same(dequantize(version, x, np.array(0.5, F32), output_dtype=T.FLOAT16),
                 np.array([0.5, 1, 1.5], np.float16))
     assert_same(dequantize(version, x, np.array(0.5, np.float16), output_dtype=T.FLOAT), np.array([0.5, 1, 1.5], F32))
-    with pytest.raises(InvalidNodeError, match="dequantizelinear_node.*output_dtype"):
+    with pytest.raises(InvalidNodeError, match=f"{NODE}.*output_dtype"):
         dequantize(version, x, np.array(0.5, F32), output_dtype=T.INT8)
 
 
 @pytest.mark.parametrize("version", Q_VERSIONS)
 def test_dequantize_zero_point_type_must_match(version):
-    with pytest.raises(KernelError, match="dequantizelinear_node.*same type"):
+    with pytest.raises(KernelError, match=f"{NODE}.*same type"):
         dequantize(version, np.ones(2, np.uint8), np.array(1, F32), np.array(0, np.int8))
 
 
@@ -455,14 +424,14 @@ def dynamic_ref(x):
 ])
 def test_dynamic_quantize_linear(x):
     x = np.array(x, F32)
-    got = run("DynamicQuantizeLinear", 11, [x], n_out=3)
+    got = run_node("DynamicQuantizeLinear", 11, [x], n_outputs=3)
     for g, e in zip(got, dynamic_ref(x)):
         assert_same(g, e)
 
 
 def test_dynamic_quantize_linear_hand_values():
     # min -3, max 2: scale 5/255, zero point round(3 / (5/255)) = 153; 2 -> 102 + 153 = 255
-    y, scale, zp = run("DynamicQuantizeLinear", 11, [np.array([0, 2, -3], F32)], n_out=3)
+    y, scale, zp = run_node("DynamicQuantizeLinear", 11, [np.array([0, 2, -3], F32)], n_outputs=3)
     assert_same(scale, np.array(F32(5) / F32(255), F32))
     assert_same(zp, np.array(153, np.uint8))
     assert_same(y, np.array([153, 255, 0], np.uint8))
@@ -470,7 +439,7 @@ def test_dynamic_quantize_linear_hand_values():
 
 @pytest.mark.parametrize("shape", [(3,), (0,), (2, 0)])
 def test_dynamic_quantize_linear_zeros_and_empty(shape):
-    y, scale, zp = run("DynamicQuantizeLinear", 11, [np.zeros(shape, F32)], n_out=3)
+    y, scale, zp = run_node("DynamicQuantizeLinear", 11, [np.zeros(shape, F32)], n_outputs=3)
     assert_same(y, np.zeros(shape, np.uint8))
     assert_same(scale, np.array(0, F32))
     assert_same(zp, np.array(0, np.uint8))

@@ -6,53 +6,15 @@ Python integers) and converted to the input type once.
 """
 from __future__ import annotations
 
-import copy
 import math
 import re
 
 import numpy as np
-import onnx.defs
 import pytest
-from onnx import AttributeProto, helper, numpy_helper
 
-import onnx_mini
 from onnx_mini.errors import InvalidNodeError, KernelError
 
-from helpers import assert_same, elem_type, np_type, type_matrix
-
-NODE = "the_node"
-
-
-def run_node(op: str, version: int, inputs: list, **attrs):
-    """One node named NODE at opset `version`; a None input is an omitted optional input (name "").
-    Returns the single output; checks the inputs are left untouched."""
-    names = ["" if x is None else f"in{k}" for k, x in enumerate(inputs)]
-    node = helper.make_node(op, names, ["out"], name=NODE)
-    for k, v in attrs.items():
-        if isinstance(v, np.ndarray):
-            node.attribute.append(helper.make_attribute(k, numpy_helper.from_array(v)))
-        else:
-            empty = isinstance(v, list) and not v
-            node.attribute.append(helper.make_attribute(k, v, attr_type=AttributeProto.INTS if empty else None))
-    given = [(n, x) for n, x in zip(names, inputs) if x is not None]
-    declared = [helper.make_tensor_value_info(n, elem_type(x.dtype), x.shape) for n, x in given]
-    graph = helper.make_graph([node], "g", declared, [helper.make_empty_tensor_value_info("out")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", version)], ir_version=10)
-    arrays = [x for _, x in given]
-    before = copy.deepcopy(arrays)
-    (out,) = onnx_mini.prepare(model).run(arrays)
-    assert_same(arrays, before)
-    return out
-
-
-def i64(values) -> np.ndarray:
-    return np.array(values, dtype=np.int64)
-
-
-def versions_of(op: str) -> list[int]:
-    return sorted(s.since_version for s in onnx.defs.get_all_schemas_with_history()
-                  if s.name == op and s.domain == "")
-
+from helpers import NODE, assert_same, i64, np_type, run_node, type_matrix, versions
 
 def values(tname: str, shape, positive: bool = False) -> np.ndarray:
     """Small exact values of the type: halves in [-1.5, 1.5] for floats, [-3, 3] for signed
@@ -122,7 +84,7 @@ def check_close(got, exp, op):
 
 
 REDUCE_MATRIX = [pytest.param(op, *p.values, id=f"{op}-{p.id}") for op in REDUCE_OPS
-                 for p in type_matrix(op, versions_of(op))]
+                 for p in type_matrix(op, versions(op))]
 
 
 @pytest.mark.parametrize("op,version,tname", REDUCE_MATRIX)
@@ -144,7 +106,7 @@ def test_reduce_every_type(op, version, tname):
 
 @pytest.mark.parametrize("op", REDUCE_OPS)
 def test_reduce_keepdims_default_and_rank0(op):
-    for version in versions_of(op):
+    for version in versions(op):
         x = values("float", (2, 3), positive=True)
         got = reduce(op, version, x, [1])
         check_close(got, ref_reduce(op, x, [1], True), op)          # keepdims defaults to 1
@@ -163,7 +125,7 @@ NOOP_ELEMENTWISE = {  # what noop_with_empty_axes=1 leaves: the non-reduction st
 @pytest.mark.parametrize("axes", [None, []], ids=["omitted", "empty"])
 def test_noop_with_empty_axes(op, axes):
     x = values("float", (2, 3), positive=op == "ReduceLogSum") * np.float32(-1 if op == "ReduceL1" else 1)
-    for version in versions_of(op):
+    for version in versions(op):
         if version < axes_input_since(op):
             continue
         inputs = [x] if axes is None else [x, i64(axes)]
@@ -208,7 +170,7 @@ def test_reduce_empty_set_identity(op, dtype):
             value = np.iinfo(dt).min       # "the minimum value of the data type"
         elif value == np.inf:
             value = np.iinfo(dt).max
-    for version in versions_of(op):
+    for version in versions(op):
         if dt == np.dtype(np.int32) and op in ("ReduceLogSum", "ReduceLogSumExp") and version >= 28:
             continue  # 28 keeps float types only
         got = reduce(op, version, x, [1], keepdims=1)
@@ -227,7 +189,7 @@ def test_reduce_bool_empty_set(op, expected):
 
 def test_reduce_mean_integer_truncates_toward_zero():
     x = np.array([[-3, -4], [3, 4], [-1, 0]], dtype=np.int32)
-    for version in versions_of("ReduceMean"):
+    for version in versions("ReduceMean"):
         assert_same(reduce("ReduceMean", version, x, [1], keepdims=0), np.array([-3, 3, 0], dtype=np.int32))
     x = np.array([[7, 8]], dtype=np.uint32)
     assert_same(reduce("ReduceMean", 18, x, [1], keepdims=0), np.array([7], dtype=np.uint32))
@@ -243,7 +205,7 @@ def test_reduce_integer_float_math_truncates():
 def test_reduce_log_sum_exp_is_stable():
     x = np.array([[1000.0, 1000.0], [-1000.0, -1000.0], [-np.inf, -np.inf], [np.inf, 0.0]], dtype=np.float32)
     exp = np.array([1000 + math.log(2), -1000 + math.log(2), -np.inf, np.inf], dtype=np.float32)
-    for version in versions_of("ReduceLogSumExp"):
+    for version in versions("ReduceLogSumExp"):
         got = reduce("ReduceLogSumExp", version, x, [1], keepdims=0)
         np.testing.assert_allclose(got, exp, rtol=1e-6)
         assert got.dtype == np.float32
@@ -272,7 +234,7 @@ def test_reduce_max_min_nan_propagates():
 @pytest.mark.parametrize("op", REDUCE_OPS)
 def test_reduce_axes_errors(op):
     x = np.ones((2, 3), np.float32)
-    for version in versions_of(op):
+    for version in versions(op):
         for axes in ([2], [-3], [0, -2]):  # out of range; the same axis twice
             with pytest.raises(KernelError, match=re.compile(f"{NODE}.*(out of range|twice)", re.S)):
                 reduce(op, version, x, axes)

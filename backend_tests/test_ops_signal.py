@@ -12,10 +12,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto
 
-from helpers import np_type
+from helpers import NODE, np_type, run_node, type_params
 from onnx_mini.errors import InvalidNodeError, KernelError
-from test_ops_generator import constraint_matrix
-from test_ops_reduction import NODE, run_node
 
 TOL = {np.dtype(np.float64): 1e-10, np.dtype(np.float32): 1e-5, np.dtype(np.float16): 2e-3,
        np.dtype(ml_dtypes.bfloat16): 1.6e-2}
@@ -85,7 +83,7 @@ def run_dft(version, x, axis=None, dft_length=None, **attrs):
     return run_node("DFT", 20, inputs, **attrs)
 
 
-@pytest.mark.parametrize("version,tname", constraint_matrix("DFT", [17, 20], "T1"))
+@pytest.mark.parametrize("version,tname", type_params("DFT", [17, 20], "T1"))
 @pytest.mark.parametrize("is_complex", [False, True], ids=["real", "complex"])
 def test_dft_every_type(version, tname, is_complex):
     dt = np_type(tname)
@@ -190,7 +188,7 @@ def stft_ref(x: np.ndarray, step: int, length: int, window, onesided: bool) -> n
     return pairs(np.stack(out, axis=1))
 
 
-@pytest.mark.parametrize("tname", [p.values[1] for p in constraint_matrix("STFT", [17], "T1")])
+@pytest.mark.parametrize("tname", [p.values[1] for p in type_params("STFT", [17], "T1")])
 @pytest.mark.parametrize("onesided", [1, 0])
 def test_stft_every_type(tname, onesided):
     dt = np_type(tname)
@@ -253,7 +251,7 @@ def window_ref(op: str, size: int, periodic: bool) -> np.ndarray:
 
 
 WINDOW_MATRIX = [pytest.param(op, p.values[1], id=f"{op}-{p.values[1]}") for op in WINDOWS
-                 for p in constraint_matrix(op, [17], "T2")]
+                 for p in type_params(op, [17], "T2")]
 
 
 @pytest.mark.parametrize("op,tname", WINDOW_MATRIX)
@@ -346,7 +344,7 @@ def test_mel_weight_matrix_formula(case, int_type, float_type):
     close(got, exp, np.float32)
 
 
-@pytest.mark.parametrize("tname", [p.values[1] for p in constraint_matrix("MelWeightMatrix", [17], "T3")])
+@pytest.mark.parametrize("tname", [p.values[1] for p in type_params("MelWeightMatrix", [17], "T3")])
 def test_mel_weight_matrix_every_output_type(tname):
     dt = np_type(tname)
     got = run_node("MelWeightMatrix", 17, [scalar(6), scalar(64), scalar(16000), scalar(0.0, np.float32),

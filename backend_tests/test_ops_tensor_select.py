@@ -10,8 +10,7 @@ import pytest
 
 from onnx_mini.errors import KernelError
 
-from helpers import assert_same, np_type, sample, type_matrix
-from test_ops_tensor_shape import arange, i64, raises_naming_node, run_node, type_params
+from helpers import arange, assert_same, i64, np_type, raises_naming_node, run_node, sample, type_matrix, type_params
 
 INT64_MAX, INT64_MIN = 2 ** 63 - 1, -2 ** 63
 

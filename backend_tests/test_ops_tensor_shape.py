@@ -1,77 +1,16 @@
 """Spec tests for Squeeze, Unsqueeze, Transpose, DepthToSpace, SpaceToDepth and Size.
 
 Expected values are hand-written or computed by formulas transcribed from the ONNX spec text
-(DepthToSpace's reshape/transpose recipe is quoted in its doc). The small runner `run_node` defined
-here (named node, omitted optional inputs, several outputs) is shared by the other tensor test files.
+(DepthToSpace's reshape/transpose recipe is quoted in its doc).
 """
 from __future__ import annotations
 
-import copy
-import math
-import re
-
 import numpy as np
-import onnx.defs
 import pytest
-from onnx import AttributeProto, helper
 
-import onnx_mini
 from onnx_mini.errors import InvalidNodeError, KernelError
 
-from helpers import assert_same, elem_type, sample, type_matrix
-
-NODE = "the_node"
-
-
-def run_node(op: str, version: int, inputs: list, n_outputs: int = 1, **attrs):
-    """Run one node named NODE at opset `version`; None inputs are omitted optional inputs.
-    Returns the output (a tuple when n_outputs > 1) and checks the caller's arrays are untouched."""
-    names = ["" if x is None else f"in{k}" for k, x in enumerate(inputs)]
-    node = helper.make_node(op, names, [f"out{k}" for k in range(n_outputs)], name=NODE)
-    for k, v in attrs.items():
-        empty_ints = isinstance(v, list) and not v
-        node.attribute.append(helper.make_attribute(k, v, attr_type=AttributeProto.INTS if empty_ints else None))
-    declared = [helper.make_tensor_value_info(n, elem_type(x.dtype), x.shape)
-                for n, x in zip(names, inputs) if x is not None]
-    outs = [helper.make_empty_tensor_value_info(f"out{k}") for k in range(n_outputs)]
-    graph = helper.make_graph([node], "g", declared, outs)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", version)], ir_version=10)
-    given = [x for x in inputs if x is not None]
-    before = copy.deepcopy(given)
-    result = onnx_mini.prepare(model).run(list(given))
-    for x, b in zip(given, before):  # bit for bit (NaN included)
-        assert x.dtype == b.dtype and x.shape == b.shape
-        assert x.tolist() == b.tolist() if x.dtype == object else x.tobytes() == b.tobytes()
-    return tuple(result) if n_outputs > 1 else result[0]
-
-
-def type_params(op: str, versions, param: str = "T") -> list:
-    """(version, type name) for every tensor type of the type constraint named `param`."""
-    out = []
-    for v in versions:
-        schema = onnx.defs.get_schema(op, v)
-        assert schema.since_version == v
-        (tc,) = [t for t in schema.type_constraints if t.type_param_str == param]
-        out += [pytest.param(v, t[7:-1], id=f"v{v}-{t[7:-1]}") for t in tc.allowed_type_strs]
-    return out
-
-
-def raises_naming_node(kind, pattern: str):
-    """pytest.raises for an error of `kind` whose message names the node and matches pattern."""
-    return pytest.raises(kind, match=re.compile(f"(?s){NODE}.*({pattern})", re.I))
-
-
-def i64(values) -> np.ndarray:
-    return np.array(values, dtype=np.int64)
-
-
-def arange(shape, dtype=np.float32) -> np.ndarray:
-    return np.arange(math.prod(shape)).astype(dtype).reshape(shape)
-
-
-def is_readonly_view(out: np.ndarray, of: np.ndarray) -> bool:
-    return np.shares_memory(out, of) and not out.flags.writeable
-
+from helpers import arange, assert_same, i64, is_readonly_view, raises_naming_node, run_node, sample, type_matrix
 
 # -- Squeeze -------------------------------------------------------------------------------------
 

@@ -11,8 +11,7 @@ import pytest
 
 from onnx_mini.errors import InvalidNodeError, KernelError
 
-from helpers import assert_same, sample, type_matrix
-from test_ops_tensor_shape import arange, i64, is_readonly_view, raises_naming_node, run_node
+from helpers import arange, assert_same, i64, is_readonly_view, raises_naming_node, run_node, sample, type_matrix
 
 INT64_MAX, INT64_MIN = 2 ** 63 - 1, -2 ** 63
 

@@ -1,17 +1,26 @@
 """Helpers shared by kernels of several families (one place each).
 
-- axis normalisation: normalize_axis
+- axis normalisation: normalize_axis (one axis), normalize_axes (a list of axes, no repeats)
+- integer tensors / attribute lists as Python ints: int_list
 - ndarray results from ufuncs: as_array
 - the opset 1-6 `broadcast`/`axis` form of binary ops: legacy_broadcast
 - same element type of two inputs: same_type
 - low-precision floats computed in float32 and rounded back once: UPCAST, upcast, float32_compute
+- the "zero" of a type (0, False, ""): zero_of
+- float results stored in any type without undefined casts: float_to
+- element-type attributes checked against the schema's type constraint: allowed_dtypes, dtype_attribute
 """
 from __future__ import annotations
 
+import functools
+
 import ml_dtypes
 import numpy as np
+import onnx
+import onnx.defs
 
-from ..errors import InvalidValueError
+from ..dtypes import np_dtype, type_name
+from ..errors import InvalidValueError, ModelLoadError
 
 
 def normalize_axis(axis: int, rank: int, what: str = "axis") -> int:
@@ -20,6 +29,31 @@ def normalize_axis(axis: int, rank: int, what: str = "axis") -> int:
         raise InvalidValueError(f"{what} {axis} is out of range for a tensor of rank {rank} "
                                 f"(accepted: [{-rank}, {rank - 1}])")
     return axis + rank if axis < 0 else axis
+
+
+def normalize_axes(axes, rank: int, what: str = "axes") -> list[int]:
+    """Each axis of `axes` mapped into [0, rank-1] (negative ones count from the back);
+    InvalidValueError for an axis out of [-rank, rank-1] or a repeated one."""
+    out = []
+    for a in axes:
+        if not -rank <= a < rank:
+            raise InvalidValueError(f"{what} {list(axes)}: axis {a} is out of range for rank {rank} "
+                                    f"(accepted: [{-rank}, {rank - 1}])")
+        out.append(a + rank if a < 0 else a)
+    if len(set(out)) != len(out):
+        raise InvalidValueError(f"{what} {list(axes)} repeat an axis (the same axis twice for rank {rank})")
+    return out
+
+
+def int_list(values, what: str) -> list[int]:
+    """A 1-D (or scalar) integer tensor, or an attribute list, as a list of Python ints."""
+    if isinstance(values, np.ndarray):
+        if values.dtype.kind not in "iu":
+            raise InvalidValueError(f"{what} must be an integer tensor, got {values.dtype}")
+        if values.ndim > 1:
+            raise InvalidValueError(f"{what} must be 1-D, got shape {list(values.shape)}")
+        return values.reshape(-1).tolist()
+    return [int(v) for v in values]
 
 
 def as_array(x):
@@ -72,3 +106,41 @@ def float32_compute(fn):
             return as_array(fn(x.astype(np.float32), *rest)).astype(dt)
         return as_array(fn(x, *rest))
     return run
+
+
+def zero_of(dtype: np.dtype) -> np.ndarray:
+    """The 0-d "zero" of a type: 0, False, or the empty string for string (object) tensors."""
+    return np.array("", dtype=object) if dtype == object else np.zeros((), dtype=dtype)
+
+
+def float_to(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """A float result converted to `dtype`. For an integer dtype: truncated toward zero, -inf/+inf and
+    out-of-range values saturate to the type's bounds, NaN becomes 0 (so no cast is undefined)."""
+    if dtype.kind not in "iu":
+        return x.astype(dtype, copy=False)
+    info = np.iinfo(dtype)
+    x = np.nan_to_num(np.trunc(x), nan=0.0, posinf=float(info.max), neginf=float(info.min))
+    return np.clip(x, float(info.min), float(info.max)).astype(dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def allowed_dtypes(op: str, version: int, param: str) -> frozenset:
+    """The numpy dtypes of the tensor types the schema of (op, version) allows for type parameter
+    `param`, e.g. allowed_dtypes("EyeLike", 22, "T2"); used to validate dtype attributes."""
+    schema = onnx.defs.get_schema(op, version)
+    (constraint,) = [c for c in schema.type_constraints if c.type_param_str == param]
+    names = [t[len("tensor("):-1] for t in constraint.allowed_type_strs if t.startswith("tensor(")]
+    return frozenset(np_dtype(getattr(onnx.TensorProto, n.upper())) for n in names)
+
+
+def dtype_attribute(value: int, op: str, version: int, param: str, what: str) -> np.dtype:
+    """The numpy dtype of a TensorProto element-type attribute, ValueError when the schema forbids it."""
+    allowed = allowed_dtypes(op, version, param)
+    try:
+        dt = np_dtype(int(value))
+    except ModelLoadError:
+        dt = None
+    if dt not in allowed:
+        raise ValueError(f"{what}={value} ({type_name(int(value))}) is not an allowed output type of "
+                         f"{op}-{version}")
+    return dt

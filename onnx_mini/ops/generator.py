@@ -1,19 +1,12 @@
-"""Generator operators: Constant, ConstantOfShape, EyeLike, Range (every version).
-
-allowed_dtypes/dtype_attribute (an element-type attribute checked against the schema's type
-constraint) also serve the window and MelWeightMatrix ops of ops/math/signal.py."""
+"""Generator operators: Constant, ConstantOfShape, EyeLike, Range (every version)."""
 from __future__ import annotations
-
-import functools
 
 import numpy as np
 import onnx
-import onnx.defs
 
-from ..dtypes import np_dtype, type_name
-from ..errors import InvalidValueError, ModelLoadError
+from ..errors import InvalidValueError
 from ..registry import kernel
-from ._common import UPCAST, as_array
+from ._common import UPCAST, allowed_dtypes, as_array, dtype_attribute
 
 
 def _constant(value: np.ndarray):
@@ -55,31 +48,6 @@ def _strings(values) -> np.ndarray:
     arr = np.empty(len(values), dtype=object)
     arr[:] = list(values)
     return arr
-
-
-# -- type constraints of the schemas ---------------------------------------------------------------
-
-@functools.lru_cache(maxsize=None)
-def allowed_dtypes(op: str, version: int, param: str) -> frozenset:
-    """The numpy dtypes of the tensor types the schema of (op, version) allows for type parameter
-    `param`, e.g. allowed_dtypes("EyeLike", 22, "T2"); used to validate dtype attributes."""
-    schema = onnx.defs.get_schema(op, version)
-    (constraint,) = [c for c in schema.type_constraints if c.type_param_str == param]
-    names = [t[len("tensor("):-1] for t in constraint.allowed_type_strs if t.startswith("tensor(")]
-    return frozenset(np_dtype(getattr(onnx.TensorProto, n.upper())) for n in names)
-
-
-def dtype_attribute(value: int, op: str, version: int, param: str, what: str) -> np.dtype:
-    """The numpy dtype of a TensorProto element-type attribute, ValueError when the schema forbids it."""
-    allowed = allowed_dtypes(op, version, param)
-    try:
-        dt = np_dtype(int(value))
-    except ModelLoadError:
-        dt = None
-    if dt not in allowed:
-        raise ValueError(f"{what}={value} ({type_name(int(value))}) is not an allowed output type of "
-                         f"{op}-{version}")
-    return dt
 
 
 # -- ConstantOfShape -------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import InvalidValueError
 from ..registry import kernel
-from ._common import UPCAST, as_array, normalize_axis, upcast
+from ._common import UPCAST, as_array, float_to, int_list, normalize_axes, normalize_axis, upcast
 
 # -- axes ------------------------------------------------------------------------------------------
 
@@ -32,23 +32,11 @@ def check_axes_attribute(axes) -> tuple | None:
 
 def reduce_axes(axes, rank: int, noop_with_empty_axes: bool = False) -> tuple | None:
     """The numpy `axis` of a reduction: None (every axis), () (no axis: a no-op reduction), or the
-    normalised axes. `axes` is a sequence of ints or an integer tensor, None or empty when omitted."""
-    if isinstance(axes, np.ndarray):
-        if axes.dtype.kind not in "iu":
-            raise InvalidValueError(f"axes must be an integer tensor, got {axes.dtype}")
-        axes = axes.ravel().tolist()
+    normalised axes. `axes` is a sequence of ints or a 1-D integer tensor, None or empty when omitted."""
+    axes = int_list(axes, "axes") if axes is not None else ()
     if not axes:
         return () if noop_with_empty_axes else None
-    norm = tuple(normalize_axis(int(a), rank, "axes value") for a in axes)
-    if len(set(norm)) != len(norm):
-        raise InvalidValueError(f"axes {list(axes)} names the same axis twice (rank {rank})")
-    return norm
-
-
-def _axes_from_input(axes):
-    if axes is not None and isinstance(axes, np.ndarray) and axes.ndim > 1:
-        raise InvalidValueError(f"axes must be a 1-D tensor, got shape {list(axes.shape)}")
-    return axes
+    return tuple(normalize_axes(axes, rank))
 
 
 def _out_shape(shape: tuple, axes: tuple | None, keepdims: bool) -> tuple:
@@ -76,16 +64,6 @@ def _highest(dtype: np.dtype):
     if dtype.kind in "iu":
         return np.iinfo(dtype).max
     return np.inf
-
-
-def float_to(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """A float result converted to `dtype`. For an integer dtype: truncated toward zero, -inf/+inf and
-    out-of-range values saturate to the type's bounds, NaN becomes 0 (so no cast is undefined)."""
-    if dtype.kind not in "iu":
-        return x.astype(dtype, copy=False)
-    info = np.iinfo(dtype)
-    x = np.nan_to_num(np.trunc(x), nan=0.0, posinf=float(info.max), neginf=float(info.min))
-    return np.clip(x, float(info.min), float(info.max)).astype(dtype)
 
 
 # -- the reductions --------------------------------------------------------------------------------
@@ -214,7 +192,7 @@ def _register(op: str, reduce: _Reduction, attribute_versions: tuple, input_vers
         keep, noop = bool(keepdims), bool(noop_with_empty_axes)
 
         def run(data, axes=None):
-            return reduce(data, reduce_axes(_axes_from_input(axes), data.ndim, noop), keep)
+            return reduce(data, reduce_axes(axes, data.ndim, noop), keep)
         return run
 
     axes_attribute.__name__ = f"{op}_{attribute_versions[0]}"

@@ -10,9 +10,7 @@ import numpy as np
 
 from ...errors import InvalidValueError
 from ...registry import kernel
-from .._common import UPCAST, normalize_axis
-from ..generator import dtype_attribute
-from ..reduction import float_to
+from .._common import UPCAST, dtype_attribute, float_to, normalize_axis
 
 # -- complex <-> trailing pair -----------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ import numpy as np
 
 from ...errors import InvalidValueError
 from ...registry import kernel
+from .._common import int_list, normalize_axes
 
 
 def _identity(x):
@@ -105,33 +106,6 @@ def reshape_14(*, allowzero=0):
         return data.reshape(target_shape(data.shape, requested, allow))
 
     return reshape
-
-
-# -- helpers shared with slicing.py / select.py ---------------------------------------------------
-
-def int_list(values, what: str) -> list[int]:
-    """A 1-D (or scalar) integer tensor, or an attribute list, as a list of Python ints."""
-    if isinstance(values, np.ndarray):
-        if values.dtype.kind not in "iu":
-            raise InvalidValueError(f"{what} must be an integer tensor, got {values.dtype}")
-        if values.ndim > 1:
-            raise InvalidValueError(f"{what} must be 1-D, got shape {list(values.shape)}")
-        return values.reshape(-1).tolist()
-    return [int(v) for v in values]
-
-
-def normalize_axes(axes, rank: int, what: str = "axes") -> list[int]:
-    """Each axis of `axes` mapped into [0, rank-1] (negative ones count from the back);
-    InvalidValueError for an axis out of [-rank, rank-1] or a repeated one."""
-    out = []
-    for a in axes:
-        if not -rank <= a < rank:
-            raise InvalidValueError(f"{what} {list(axes)}: axis {a} is out of range for rank {rank} "
-                                    f"(accepted: [{-rank}, {rank - 1}])")
-        out.append(a + rank if a < 0 else a)
-    if len(set(out)) != len(out):
-        raise InvalidValueError(f"{what} {list(axes)} repeat an axis")
-    return out
 
 
 # -- Squeeze / Unsqueeze -------------------------------------------------------------------------

@@ -5,9 +5,7 @@ import numpy as np
 
 from ...errors import InvalidValueError
 from ...registry import kernel
-from .._common import as_array, normalize_axis, same_type
-from .reshape import int_list
-from .slicing import zero_of
+from .._common import as_array, int_list, normalize_axis, same_type, zero_of
 
 # -- Trilu ---------------------------------------------------------------------------------------
 

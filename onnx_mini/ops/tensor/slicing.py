@@ -8,13 +8,7 @@ import numpy as np
 
 from ...errors import InvalidValueError
 from ...registry import kernel
-from .._common import normalize_axis
-from .reshape import int_list, normalize_axes
-
-
-def zero_of(dtype: np.dtype) -> np.ndarray:
-    """The 0-d "zero" of a type: 0, False, or the empty string for string (object) tensors."""
-    return np.array("", dtype=object) if dtype == object else np.zeros((), dtype=dtype)
+from .._common import int_list, normalize_axes, normalize_axis, zero_of
 
 
 # -- Concat --------------------------------------------------------------------------------------
