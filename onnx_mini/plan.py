@@ -1,6 +1,9 @@
 """Turn a Graph into a Plan: everything per-model happens here, once, so that run() only walks steps.
 
-- function bodies (model-local functions, schema function bodies) are inlined;
+- function bodies (model-local functions, schema function bodies) are inlined, subgraphs of their nodes
+  included (the names a subgraph reads from the function's scope are renamed with the body's);
+  a type-dependent schema body is built from the declared input types, or, when those are unknown
+  before run time, once per input signature at run time (`_typed_function_kernel`);
 - nodes are sorted (stable Kahn), resolved to a kernel version, and their attributes bound;
 - value names become integer slots; the template slot list holds initializers and folded constants;
 - each step lists the slots that die after it, so intermediates are freed at their last use.
@@ -13,15 +16,17 @@ appended to the step's inputs, after the node's own, and the kernel hands them t
 from __future__ import annotations
 
 import itertools
+import threading
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
 
+from . import dtypes
 from .errors import (GraphError, InvalidNodeError, InvalidValueError, KernelError, NodeError, OnnxMiniError,
                      UnsupportedOperatorError)
-from .graph import AttrRef, Function, Graph, Node, TypeInfo, free_names, topo_sort
-from .registry import KernelSpec, resolve
+from .graph import AttrRef, Function, Graph, Node, TypeInfo, ValueInfo, free_names, normalize_domain, topo_sort
+from .registry import KernelSpec, resolve, typed_function_body
 
 # Ops whose result must not be computed once at prepare time even when all inputs are constant.
 NOT_FOLDABLE = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
@@ -59,6 +64,7 @@ class Plan:
     output_names: list[str]
     output_slots: list[int]
     slot_names: list[str] = field(default_factory=list)
+    output_types: list[TypeInfo | None] = field(default_factory=list)  # declared, for empty Loop/Scan outputs
     required_inputs: list[InputSpec] = field(init=False)   # inputs without an initializer default
 
     def __post_init__(self):
@@ -121,6 +127,11 @@ class SubPlan:
     def output_names(self) -> list[str]:
         return list(self.plan.output_names)
 
+    @property
+    def output_types(self) -> list[TypeInfo | None]:
+        """The body's declared output types (None where undeclared)."""
+        return list(self.plan.output_types) or [None] * len(self.plan.output_names)
+
     def run(self, inputs, captured=()) -> list:
         """Run the body once: `inputs` in the body's input order, `captured` the step's captured tail."""
         if len(inputs) != len(self._input_slots):
@@ -143,7 +154,7 @@ class SubPlan:
 def build_plan(graph: Graph, opsets: dict[str, int], functions: dict[tuple[str, str], Function] | None = None,
                *, outer_scope: tuple[str, ...] = (), optimize: bool = True) -> Plan:
     functions = functions or {}
-    resolved = _expand(graph.nodes, opsets, functions)
+    resolved = _expand(graph.nodes, opsets, functions, known=_declared_types(graph), optimize=optimize)
     available = {v.name for v in graph.inputs} | set(graph.initializers) | set(outer_scope)
     by_id = {id(n): (n, r, o) for n, r, o in resolved}
     order = [by_id[id(n)] for n in topo_sort([n for n, _, _ in resolved], available)]
@@ -201,7 +212,8 @@ def build_plan(graph: Graph, opsets: dict[str, int], functions: dict[tuple[str, 
         raise GraphError(f"graph outputs never produced: {', '.join(map(repr, missing))}")
     output_slots = [slots[v.name] for v in graph.outputs]
     steps = _with_frees(steps, keep=set(output_slots) | constant)
-    return Plan(steps, infos, template, inputs, [v.name for v in graph.outputs], output_slots, names)
+    return Plan(steps, infos, template, inputs, [v.name for v in graph.outputs], output_slots, names,
+                [v.type for v in graph.outputs])
 
 
 def _foldable(node: Node, ins: tuple[int, ...], constant: set[int]) -> bool:
@@ -233,8 +245,11 @@ def _with_frees(steps: list[tuple], keep: set[int]) -> list[tuple]:
 
 # -- resolution and function inlining ------------------------------------------------------------
 
-def _expand(nodes: list[Node], opsets: dict[str, int], functions, depth: int = 0) -> list[tuple]:
-    """Resolve each node; replace function calls by their (renamed) bodies. -> [(node, spec, opset)]"""
+def _expand(nodes: list[Node], opsets: dict[str, int], functions, depth: int = 0,
+            known: dict[str, TypeInfo] | None = None, optimize: bool = True) -> list[tuple]:
+    """Resolve each node; replace function calls by their (renamed) bodies. -> [(node, spec, opset)]
+    known: declared types of values, to build type-dependent schema function bodies at prepare time."""
+    known = known or {}
     out = []
     for node in nodes:
         node_opsets = node.opsets or opsets
@@ -247,22 +262,113 @@ def _expand(nodes: list[Node], opsets: dict[str, int], functions, depth: int = 0
             if r.kernel is not None:
                 out.append((node, r.kernel, opset))
                 continue
-            if r.function is None:
+            if r.typed_function:
+                types = [known.get(x) if x else None for x in node.inputs]
+                if not all(_complete(t) for x, t in zip(node.inputs, types) if x):
+                    # types known only at run time: the body is built for each new input signature
+                    out.append((node, _typed_function_kernel(node, r.version, opset, node_opsets, functions,
+                                                             optimize), opset))
+                    continue
+                body = _typed_body(node, opset, types, r.version)
+            elif r.function is None:
                 raise UnsupportedOperatorError(r.problem, node=node.name, op_type=node.op_type,
                                                domain=node.domain, opset=opset)
-            body, fn_opsets, version = r.function, {**opsets, **r.function.opsets}, r.version
+            else:
+                body = r.function
+            fn_opsets, version = {**opsets, **body.opsets}, r.version
         if depth >= MAX_INLINE_DEPTH:
             raise InvalidNodeError("function calls nest too deeply (recursive function?)", node=node.name,
                                    op_type=node.op_type, domain=node.domain, opset=opset)
         inlined = _inline(node, body, fn_opsets, version)
-        out.extend(_expand(inlined, fn_opsets, functions, depth + 1))
+        out.extend(_expand(inlined, fn_opsets, functions, depth + 1, known, optimize))
     return out
+
+
+# -- type-dependent schema function bodies ---------------------------------------------------------
+
+def _declared_types(graph: Graph) -> dict[str, TypeInfo]:
+    """What the graph declares about its values' types: inputs, outputs, value_info, initializers."""
+    known = {v.name: v.type for v in (*graph.outputs, *graph.value_info.values(), *graph.inputs) if v.type}
+    for name, arr in graph.initializers.items():
+        if isinstance(arr, np.ndarray):
+            known[name] = TypeInfo("tensor", dtypes.elem_type(arr.dtype), arr.shape)
+    return known
+
+
+def _complete(t: TypeInfo | None) -> bool:
+    """Enough of a type for onnx to build a body from: element types known all the way down."""
+    if t is None:
+        return False
+    if t.kind in ("tensor", "sparse_tensor"):
+        return bool(t.elem_type)
+    return t.kind in ("sequence", "optional") and _complete(t.inner)
+
+
+def _typed_body(node: Node, opset: int, types: list, version: int) -> Function:
+    try:
+        return typed_function_body(node, opset, types)
+    except Exception as e:  # onnx raises its own errors for types its builder rejects
+        raise UnsupportedOperatorError(f"no kernel, and no type-dependent function body: {e}", node=node.name,
+                                       op_type=node.op_type, domain=node.domain, version=version,
+                                       opset=opset) from e
+
+
+def _value_type(v) -> TypeInfo | None:
+    """The type of a run-time value, as much as a type-dependent body may need (element type, rank)."""
+    if isinstance(v, np.ndarray):
+        return TypeInfo("tensor", dtypes.elem_type(v.dtype), (None,) * v.ndim)
+    if isinstance(v, list):
+        inner = _value_type(v[0]) if v else TypeInfo("tensor", dtypes.elem_type(np.float32))
+        return TypeInfo("sequence", inner=replace(inner, shape=None))
+    return None
+
+
+def _typed_function_kernel(node: Node, version: int, opset: int, opsets: dict[str, int], functions,
+                           optimize: bool) -> KernelSpec:
+    """A kernel for a node whose type-dependent body needs input types known only at run time: the
+    body is built and planned once per input signature (element types and ranks), then reused."""
+    n_in = len(node.inputs)
+    present = [i for i, x in enumerate(node.inputs) if x]
+    wanted = [x for x in node.outputs if x]
+
+    def factory(**_attrs):   # the node's attributes are read from the node itself (graphs unplanned)
+        plans: dict[tuple, SubPlan] = {}
+
+        def build(types: list) -> SubPlan:
+            body = _typed_body(node, opset, types, version)
+            fn_opsets = {**opsets, **body.opsets}
+            g = Graph(f"{node.op_type} body", _inline(node, body, fn_opsets, version),
+                      [ValueInfo(node.inputs[i], types[i]) for i in present],
+                      [ValueInfo(x, None) for x in wanted], {})
+            plan = build_plan(g, fn_opsets, functions, outer_scope=node.captures, optimize=optimize)
+            return SubPlan(plan, g.name, node.captures, node.captures)
+
+        def run(*args):
+            own, captured = args[:n_in], args[n_in:]
+            types = [_value_type(v) for v in own]
+            key = tuple(types)
+            sub = plans.get(key)
+            if sub is None:
+                if any(types[i] is None for i in present):
+                    raise InvalidValueError("cannot build the type-dependent function body: an input is "
+                                            "neither a tensor nor a sequence")
+                sub = plans[key] = build(types)
+            results = iter(sub.run([own[i] for i in present], captured))
+            return tuple(next(results) if x else None for x in node.outputs)
+        return run
+
+    return KernelSpec(factory, node.op_type, normalize_domain(node.domain), version, frozenset(node.attrs),
+                      frozenset(), frozenset(), True)
 
 
 _inline_ids = itertools.count()
 
 
 def _inline(node: Node, fn: Function, fn_opsets: dict[str, int], version: int) -> list[Node]:
+    """The function body's nodes, renamed into the caller's scope: formal inputs/outputs become the
+    node's actual names, every other body name gets a unique prefix, attribute references take the
+    caller's values. Subgraphs of body nodes keep their inner names; the names they read from the
+    function's scope are renamed like the body's (recursively, for subgraphs of subgraphs)."""
     prefix = f"{node.name or node.op_type}/{fn.name}#{next(_inline_ids)}/"
     rename = {formal: "" for formal in fn.inputs}
     rename.update(zip(fn.inputs, node.inputs))
@@ -271,26 +377,56 @@ def _inline(node: Node, fn: Function, fn_opsets: dict[str, int], version: int) -
     def name(x: str) -> str:
         return "" if not x else rename.get(x, prefix + x)
 
+    def bound(attrs: dict[str, Any], outer: Callable[[str], str]) -> tuple[dict[str, Any], tuple[str, ...]]:
+        """Attributes with references resolved and the body's own subgraphs renamed; and the names the
+        subgraphs read from the enclosing scope (the node's captures)."""
+        out: dict[str, Any] = {}
+        captures: dict[str, None] = {}
+        for k, v in attrs.items():
+            if isinstance(v, AttrRef):  # the caller's value lives in the caller's scope: left as is
+                if v.name in node.attrs:
+                    out[k] = node.attrs[v.name]
+                elif fn.attributes.get(v.name) is not None:
+                    out[k] = fn.attributes[v.name]
+                # else: the caller left it out, so the body node uses its own default
+                v = out.get(k)
+            elif isinstance(v, Graph):
+                v = out[k] = _renamed_graph(v, outer, bound)
+            elif isinstance(v, list) and v and isinstance(v[0], Graph):
+                v = out[k] = [_renamed_graph(g, outer, bound) for g in v]
+            else:
+                out[k] = v
+            for g in (v if isinstance(v, list) else [v]):
+                if isinstance(g, Graph):
+                    captures.update(dict.fromkeys(free_names(g)))
+        return out, tuple(captures)
+
     result = []
     for bn in fn.nodes:
-        if bn.captures:
-            raise UnsupportedOperatorError(
-                "inlining a function body whose nodes hold subgraphs is not supported yet",
-                node=node.name, op_type=node.op_type, domain=node.domain, version=version)
-        attrs = {}
-        for k, v in bn.attrs.items():
-            if isinstance(v, AttrRef):
-                if v.name in node.attrs:
-                    attrs[k] = node.attrs[v.name]
-                elif fn.attributes.get(v.name) is not None:
-                    attrs[k] = fn.attributes[v.name]
-                # else: the caller left it out, so the body node uses its own default
-            else:
-                attrs[k] = v
+        attrs, captures = bound(bn.attrs, name)
         result.append(replace(bn, name=prefix + (bn.name or bn.op_type), inputs=tuple(map(name, bn.inputs)),
                               outputs=tuple(map(name, bn.outputs)), attrs=attrs, index=node.index,
-                              opsets=fn_opsets))
+                              opsets=fn_opsets, captures=captures))
     return result
+
+
+def _renamed_graph(g: Graph, outer: Callable[[str], str], bound) -> Graph:
+    """Subgraph `g` of a function body node with the names it reads from the enclosing scope mapped
+    through `outer`; names defined inside `g` stay."""
+    local = {v.name for v in g.inputs} | set(g.initializers) | {o for n in g.nodes for o in n.outputs if o}
+
+    def name(x: str) -> str:
+        return x if not x or x in local else outer(x)
+
+    nodes = []
+    for n in g.nodes:
+        attrs, captures = bound(n.attrs, name)
+        nodes.append(replace(n, inputs=tuple(map(name, n.inputs)), attrs=attrs, captures=captures))
+    outputs = [replace(v, name=name(v.name)) for v in g.outputs]
+    return replace(g, nodes=nodes, outputs=outputs)
+
+
+_nesting = threading.local()   # how deep in subgraph planning this thread is
 
 
 def _subplans(node: Node, opsets: dict[str, int], functions, optimize: bool) -> dict[str, Any]:
@@ -301,13 +437,25 @@ def _subplans(node: Node, opsets: dict[str, int], functions, optimize: bool) -> 
 
     def sub(key: str, g: Graph) -> SubPlan:
         outer = free_names(g)
+        depth = getattr(_nesting, "depth", 0)
+        if depth >= MAX_INLINE_DEPTH:  # a function whose body's subgraph calls it again never ends
+            err = InvalidNodeError(f"subgraphs nest more than {MAX_INLINE_DEPTH} deep (a recursive function "
+                                   "called from a subgraph?)", node=node.name, op_type=node.op_type,
+                                   domain=node.domain)
+            err.too_deep = True   # passed up unwrapped by the enclosing levels
+            raise err
+        _nesting.depth = depth + 1
         try:
             plan = build_plan(g, opsets, functions, outer_scope=outer, optimize=optimize)
         except NodeError as e:  # say which subgraph of which node
+            if getattr(e, "too_deep", False):
+                raise
             raise type(e)(f"in subgraph {key!r} of node {node.name or node.op_type!r}: {e.reason}", node=e.node,
                           op_type=e.op_type, domain=e.domain, version=e.version, opset=e.opset) from e
         except GraphError as e:
             raise GraphError(f"subgraph {key!r} of node {node.name or node.op_type!r} ({node.op_type}): {e}") from e
+        finally:
+            _nesting.depth = depth
         return SubPlan(plan, g.name or key, outer, node.captures)
 
     attrs = dict(node.attrs)

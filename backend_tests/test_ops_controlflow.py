@@ -1,0 +1,475 @@
+"""Spec tests for control flow: If, Loop, Scan (every version), with bodies built by hand.
+
+Expected values are hand-computed or written as the plain Python loop the spec's pseudo-code describes.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx_mini
+from onnx_mini.errors import InvalidNodeError, KernelError
+from onnx_mini.plan import SubPlan
+
+from helpers import NODE, assert_same, elem_type, i64, raises_naming_node, sample, type_params, versions
+
+IF_VERSIONS = versions("If")
+LOOP_VERSIONS = versions("Loop")
+SCAN_VERSIONS = versions("Scan")
+F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+
+
+def f32(values) -> np.ndarray:
+    return np.array(values, np.float32)
+
+
+def vinfo(name: str, value=None, elem=None, shape=None):
+    """A declared value: from a sample value (tensor or sequence), or an element type and shape."""
+    if isinstance(value, list):
+        return helper.make_tensor_sequence_value_info(name, elem_type(value[0].dtype) if value else F, None)
+    if value is not None:
+        return helper.make_tensor_value_info(name, elem_type(value.dtype), value.shape)
+    if elem is None:
+        return helper.make_empty_tensor_value_info(name)
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def graph(nodes, inputs, outputs, name="body", initializers=()):
+    """A body graph: inputs/outputs are names (undeclared types) or ValueInfoProtos."""
+    def vi(x):
+        return vinfo(x) if isinstance(x, str) else x
+    return helper.make_graph(nodes, name, [vi(x) for x in inputs], [vi(x) for x in outputs], list(initializers))
+
+
+def node(op, ins, outs, name=NODE, **attrs):
+    return helper.make_node(op, list(ins), list(outs), name=name, **attrs)
+
+
+def const(name, value):
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.asarray(value)))
+
+
+def run_graph(nodes, inputs: dict, outputs, opset, initializers=()):
+    """Run nodes on named inputs (tensors or sequences); outputs are names. Returns the outputs' list."""
+    g = helper.make_graph(nodes, "g", [vinfo(k, v) for k, v in inputs.items()],
+                          [helper.make_empty_tensor_value_info(o) for o in outputs], list(initializers))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+    return list(onnx_mini.prepare(m).run(inputs))
+
+
+# -- If ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("version,tname", [p for p in type_params("If", IF_VERSIONS, "V")])
+def test_if_every_type(version, tname):
+    x, y = sample(tname, (2, 3)), sample(tname, (4,))
+    then_g = graph([node("Identity", ["x"], ["t"], name="t")], [], ["t"])   # reads x from the outer graph
+    else_g = graph([node("Identity", ["y"], ["e"], name="e")], [], ["e"])   # another shape: allowed
+    for c, expected in ((True, x), (False, y)):
+        out, = run_graph([node("If", ["c"], ["out"], then_branch=then_g, else_branch=else_g)],
+                         {"c": np.array(c), "x": x, "y": y}, ["out"], version)
+        assert_same(out, expected)
+
+
+@pytest.mark.parametrize("version", IF_VERSIONS)
+def test_if_several_outputs_cond_of_one_element(version):
+    then_g = graph([node("Add", ["x", "x"], ["a"], name="a"), node("Neg", ["x"], ["b"], name="b")], [], ["a", "b"])
+    else_g = graph([const("a", f32([7])), node("Identity", ["x"], ["b"], name="b")], [], ["a", "b"])
+    x = f32([1, 2])
+    for c, exp in ((np.array([True]), (f32([2, 4]), f32([-1, -2]))), (np.array([[False]]), (f32([7]), x))):
+        a, b = run_graph([node("If", ["c"], ["a", "b"], then_branch=then_g, else_branch=else_g)],
+                         {"c": c, "x": x}, ["a", "b"], version)
+        assert_same(a, exp[0])
+        assert_same(b, exp[1])
+
+
+@pytest.mark.parametrize("version", [v for v in IF_VERSIONS if v >= 13])
+def test_if_sequence_outputs(version):
+    then_g = graph([node("SequenceConstruct", ["x", "x"], ["s"], name="s")], [], ["s"])
+    else_g = graph([node("SequenceEmpty", [], ["s"], name="s", dtype=F)], [], ["s"])
+    x = f32([1, 2])
+    out, = run_graph([node("If", ["c"], ["out"], then_branch=then_g, else_branch=else_g)],
+                     {"c": np.array(True), "x": x}, ["out"], version)
+    assert_same(out, [x, x])
+    out, = run_graph([node("If", ["c"], ["out"], then_branch=then_g, else_branch=else_g)],
+                     {"c": np.array(False), "x": x}, ["out"], version)
+    assert out == []
+
+
+@pytest.mark.parametrize("version", [v for v in IF_VERSIONS if v >= 16])
+def test_if_optional_outputs(version):
+    then_g = graph([node("Optional", ["x"], ["o"], name="o")], [], ["o"])
+    else_g = graph([node("Optional", [], ["o"], name="o", type=helper.make_tensor_type_proto(F, None))], [], ["o"])
+    x = f32([3])
+    nodes = [node("If", ["c"], ["opt"], then_branch=then_g, else_branch=else_g),
+             node("OptionalHasElement", ["opt"], ["has"], name="has")]
+    opt, has = run_graph(nodes, {"c": np.array(True), "x": x}, ["opt", "has"], version)
+    assert_same(opt, x)
+    assert_same(has, np.array(True))
+    opt, has = run_graph(nodes, {"c": np.array(False), "x": x}, ["opt", "has"], version)
+    assert opt is None
+    assert_same(has, np.array(False))
+
+
+def test_if_errors():
+    then_g = graph([const("t", f32([1]))], [], ["t"])
+    else_g = graph([const("e", f32([2]))], [], ["e"])
+    for bad, pattern in ((np.array(1, np.int64), "cond must be a bool tensor"),
+                         (np.array([True, False]), "cond must hold exactly one element"),
+                         (np.zeros((0,), bool), "exactly one element")):
+        with raises_naming_node(KernelError, pattern):
+            run_graph([node("If", ["c"], ["out"], then_branch=then_g, else_branch=else_g)], {"c": bad}, ["out"], 21)
+    two = graph([const("a", f32([1])), const("b", f32([2]))], [], ["a", "b"])
+    with raises_naming_node(InvalidNodeError, "else_branch has 2 output"):
+        run_graph([node("If", ["c"], ["out"], then_branch=then_g, else_branch=two)],
+                  {"c": np.array(True)}, ["out"], 21)
+
+
+def test_if_error_inside_branch_names_both_nodes():
+    then_g = graph([node("Reshape", ["x", "shape"], ["t"], name="inner_reshape")], [], ["t"],
+                   initializers=[numpy_helper.from_array(i64([5]), "shape")])
+    else_g = graph([const("e", f32([2]))], [], ["e"])
+    with pytest.raises(KernelError) as e:
+        run_graph([node("If", ["c"], ["out"], then_branch=then_g, else_branch=else_g)],
+                  {"c": np.array(True), "x": f32([1, 2])}, ["out"], 21)
+    assert NODE in str(e.value) and "inner_reshape" in str(e.value)
+
+
+# -- Loop ----------------------------------------------------------------------------------------------
+
+def loop_body(nodes, carried=(), scans=(), cond_out="cond_out", extra_inputs=("i", "cond_in")):
+    """Body inputs (i, cond_in, *carried_in), outputs (cond_out, *carried_out, *scans)."""
+    return graph(nodes, [*extra_inputs, *[f"{c}_in" for c in carried]],
+                 [cond_out, *[f"{c}_out" for c in carried], *scans])
+
+
+def counting_body(stop_at=None):
+    """acc_out = acc_in + i; scan = i * 10; cond_out = cond_in (or i < stop_at)."""
+    nodes = [node("Add", ["acc_in", "i"], ["acc_out"], name="add"),
+             const("ten", i64(10)), node("Mul", ["i", "ten"], ["scan"], name="mul")]
+    if stop_at is None:
+        nodes.append(node("Identity", ["cond_in"], ["cond_out"], name="cond"))
+    else:
+        nodes += [const("stop", i64(stop_at)), node("Less", ["i", "stop"], ["cond_out"], name="cond")]
+    return loop_body(nodes, ["acc"], ["scan"])
+
+
+def run_loop(body, m, cond, acc, version, n_out=2):
+    inputs = {"acc": acc}
+    names = ["", "", "acc"]
+    if m is not None:
+        inputs["M"], names[0] = i64(m), "M"
+    if cond is not None:
+        inputs["cond"], names[1] = np.array(cond), "cond"
+    outs = ["acc_final", "scan_all"][:n_out]
+    return run_graph([node("Loop", names, outs, body=body)], inputs, outs, version)
+
+
+@pytest.mark.parametrize("version", LOOP_VERSIONS)
+def test_loop_trip_count_only(version):  # for (i = 0; i < M; ++i)
+    acc, scan = run_loop(counting_body(), 4, None, i64(100), version)
+    assert_same(acc, i64(100 + 0 + 1 + 2 + 3))
+    assert_same(scan, i64([0, 10, 20, 30]))
+
+
+@pytest.mark.parametrize("version", LOOP_VERSIONS)
+def test_loop_cond_only(version):  # while (cond): doubles x while it stays below 100
+    body = loop_body([node("Add", ["x_in", "x_in"], ["x_out"], name="dbl"), const("lim", f32(100)),
+                      node("Less", ["x_out", "lim"], ["cond_out"], name="less")], ["x"])
+    x, = run_graph([node("Loop", ["", "c", "x"], ["x_final"], body=body)],
+                   {"c": np.array(True), "x": f32(3)}, ["x_final"], version)
+    assert_same(x, f32(192))       # 3 6 12 24 48 96 192: the body ran 6 times
+    x, = run_graph([node("Loop", ["", "c", "x"], ["x_final"], body=body)],
+                   {"c": np.array(False), "x": f32(3)}, ["x_final"], version)
+    assert_same(x, f32(3))         # cond false on entry: the body never runs
+
+
+@pytest.mark.parametrize("version", LOOP_VERSIONS)
+def test_loop_trip_count_and_cond(version):
+    acc, scan = run_loop(counting_body(stop_at=2), 10, True, i64(0), version)   # stops after i == 2
+    assert_same(acc, i64(0 + 1 + 2))
+    assert_same(scan, i64([0, 10, 20]))
+    acc, scan = run_loop(counting_body(stop_at=20), 3, True, i64(0), version)   # M ends it first
+    assert_same(acc, i64(3))
+    assert_same(scan, i64([0, 10, 20]))
+
+
+@pytest.mark.parametrize("version", LOOP_VERSIONS)
+def test_loop_neither_breaks_on_body_cond(version):
+    acc, scan = run_loop(counting_body(stop_at=4), None, None, i64(0), version)
+    assert_same(acc, i64(0 + 1 + 2 + 3 + 4))
+    assert_same(scan, i64([0, 10, 20, 30, 40]))
+
+
+@pytest.mark.parametrize("version", LOOP_VERSIONS)
+@pytest.mark.parametrize("m,cond", [(0, None), (-3, True), (5, False)])
+def test_loop_zero_iterations(version, m, cond):
+    declared = graph(counting_body().node, ["i", "cond_in", "acc_in"],
+                     ["cond_out", "acc_out", vinfo("scan", elem=I64, shape=[2, "n", 3])])
+    acc, scan = run_loop(declared, m, cond, i64([5]), version)
+    assert_same(acc, i64([5]))
+    assert_same(scan, np.zeros((0, 2, 0, 3), np.int64))   # the symbolic dim counts as 0
+    acc, scan = run_loop(counting_body(), m, cond, i64([5]), version)
+    assert_same(scan, np.zeros((0,), np.float32))         # undeclared body output type: float32[0]
+
+
+@pytest.mark.parametrize("version,tname", type_params("Loop", LOOP_VERSIONS, "V"))
+def test_loop_every_type(version, tname):
+    x = sample(tname, (2, 3))
+    body = loop_body([node("Identity", ["v_in"], ["v_out"], name="id"), node("Identity", ["v_in"], ["s"], name="s"),
+                      node("Identity", ["cond_in"], ["cond_out"], name="c")], ["v"], ["s"])
+    v, s = run_graph([node("Loop", ["M", "", "v"], ["v_final", "s_all"], body=body)],
+                     {"M": i64(2), "v": x}, ["v_final", "s_all"], version)
+    assert_same(v, x)
+    assert_same(s, np.stack([x, x]))
+
+
+@pytest.mark.parametrize("version", [v for v in LOOP_VERSIONS if v >= 13])
+def test_loop_carried_sequence(version):
+    body = loop_body([node("SequenceInsert", ["seq_in", "i"], ["seq_out"], name="ins"),
+                      node("Identity", ["cond_in"], ["cond_out"], name="c")], ["seq"])
+    seq, = run_graph([node("SequenceEmpty", [], ["empty"], name="e", dtype=I64),
+                      node("Loop", ["M", "", "empty"], ["seq"], body=body)], {"M": i64(3)}, ["seq"], version)
+    assert_same(seq, [i64(0), i64(1), i64(2)])
+
+
+@pytest.mark.parametrize("version", [v for v in LOOP_VERSIONS if v >= 16])
+def test_loop_carried_optional(version):
+    # starts empty; each iteration wraps i: the final optional holds the last i
+    body = loop_body([node("Optional", ["i"], ["opt_out"], name="wrap"),
+                      node("OptionalHasElement", ["opt_in"], ["had"], name="had"),
+                      node("Identity", ["cond_in"], ["cond_out"], name="c")], ["opt"], ["had"])
+    empty = node("Optional", [], ["none"], name="none", type=helper.make_tensor_type_proto(I64, []))
+    opt, had = run_graph([empty, node("Loop", ["M", "", "none"], ["opt", "had"], body=body)],
+                         {"M": i64(3)}, ["opt", "had"], version)
+    assert_same(opt, i64(2))
+    assert_same(had, np.array([False, True, True]))
+
+
+@pytest.mark.parametrize("version", LOOP_VERSIONS)
+def test_loop_reads_outer_values(version):
+    body = loop_body([node("Add", ["x_in", "step"], ["x_out"], name="add"),
+                      node("Mul", ["x_out", "scale"], ["y"], name="mul"),
+                      node("Identity", ["cond_in"], ["cond_out"], name="c")], ["x"], ["y"])
+    x, y = run_graph([node("Loop", ["M", "", "x"], ["x_final", "ys"], body=body)],
+                     {"M": i64(3), "x": f32([0, 1]), "step": f32([1, 10]), "scale": f32([2, 2])}, ["x_final", "ys"],
+                     version)
+    assert_same(x, f32([3, 31]))
+    assert_same(y, f32([[2, 22], [4, 42], [6, 62]]))
+
+
+@pytest.mark.parametrize("version", [11, 25])
+def test_loop_nested_three_deep(version):
+    # innermost adds a + 100*i1 + 10*i2 + i3, reading a from the main graph and i1, i2 from its parents
+    def passthrough_cond():
+        return node("Identity", ["cond_in"], ["cond_out"], name="c")
+    inner = graph([const("c100", i64(100)), const("c10", i64(10)),
+                   node("Mul", ["i1", "c100"], ["p1"], name="p1"), node("Mul", ["i2", "c10"], ["p2"], name="p2"),
+                   node("Sum", ["s3_in", "a", "p1", "p2", "i3"], ["s3_out"], name="sum"), passthrough_cond()],
+                  ["i3", "cond_in", "s3_in"], ["cond_out", "s3_out"])
+    middle = graph([node("Loop", ["m3", "", "s2_in"], ["s2_out"], name="loop3", body=inner), passthrough_cond()],
+                   ["i2", "cond_in", "s2_in"], ["cond_out", "s2_out"])
+    outer = graph([node("Loop", ["m2", "", "s1_in"], ["s1_out"], name="loop2", body=middle), passthrough_cond(),
+                   node("Identity", ["s1_out"], ["trace"], name="trace")],
+                  ["i1", "cond_in", "s1_in"], ["cond_out", "s1_out", "trace"])
+    s, trace = run_graph([node("Loop", ["m1", "", "s0"], ["s", "trace_all"], body=outer)],
+                         {"m1": i64(2), "m2": i64(3), "m3": i64(4), "a": i64(1000), "s0": i64(0)},
+                         ["s", "trace_all"], version)
+    total, partial = 0, []
+    for i1 in range(2):
+        for i2 in range(3):
+            for i3 in range(4):
+                total += 1000 + 100 * i1 + 10 * i2 + i3
+        partial.append(total)
+    assert_same(s, i64(total))
+    assert_same(trace, i64(partial))
+
+
+def test_loop_errors():
+    body = counting_body()
+    with raises_naming_node(KernelError, "cond must be a bool tensor"):
+        run_graph([node("Loop", ["M", "c", "acc"], ["a", "s"], body=body)],
+                  {"M": i64(2), "c": i64(1), "acc": i64(0)}, ["a", "s"], 21)
+    with raises_naming_node(KernelError, "M .max trip count. must be an int64 tensor"):
+        run_graph([node("Loop", ["M", "", "acc"], ["a", "s"], body=body)], {"M": f32(2), "acc": i64(0)},
+                  ["a", "s"], 21)
+    bad_cond = loop_body([node("Identity", ["acc_in"], ["acc_out"], name="id"),
+                          node("Identity", ["i"], ["cond_out"], name="c")], ["acc"])
+    with raises_naming_node(KernelError, "condition the body returns must be a bool tensor"):
+        run_graph([node("Loop", ["M", "", "acc"], ["a"], body=bad_cond)], {"M": i64(2), "acc": i64(0)}, ["a"], 21)
+    with raises_naming_node(InvalidNodeError, "body has 3 output.*2 expected"):
+        run_graph([node("Loop", ["M", "", "acc"], ["a"], body=body)], {"M": i64(2), "acc": i64(0)}, ["a"], 21)
+    with raises_naming_node(InvalidNodeError, "body takes 3 input.*4 expected"):
+        run_graph([node("Loop", ["M", "", "acc", "acc"], ["a", "b", "s"], body=body)],
+                  {"M": i64(2), "acc": i64(0)}, ["a", "b", "s"], 21)
+    growing = loop_body([node("Concat", ["acc_in", "acc_in"], ["acc_out"], name="cat", axis=0),
+                         node("Identity", ["acc_out"], ["s"], name="s"),
+                         node("Identity", ["cond_in"], ["cond_out"], name="c")], ["acc"], ["s"])
+    with raises_naming_node(KernelError, r"scan output 0 changes from int64\[2\] to int64\[4\]"):
+        run_graph([node("Loop", ["M", "", "acc"], ["a", "s"], body=growing)], {"M": i64(2), "acc": i64([1])},
+                  ["a", "s"], 21)
+
+
+def test_loop_body_intermediates_are_freed():
+    body = loop_body([node("Add", ["x_in", "x_in"], ["tmp"], name="tmp"), node("Neg", ["tmp"], ["x_out"], name="neg"),
+                      node("Identity", ["cond_in"], ["cond_out"], name="c")], ["x"])
+    g = helper.make_graph([node("Loop", ["M", "", "x"], ["y"], body=body)], "g",
+                          [vinfo("M", i64(1)), vinfo("x", f32([1]))], [helper.make_empty_tensor_value_info("y")])
+    rep = onnx_mini.prepare(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], ir_version=10))
+    (fn, *_), = rep.plan.steps
+    plan = next(c.cell_contents for c in fn.__closure__ if isinstance(c.cell_contents, SubPlan)).plan
+    tmp = plan.slot_names.index("tmp")
+    assert any(tmp in frees for *_, frees in plan.steps)
+    assert_same(rep.run([i64(3), f32([1])])[0], f32([-8]))
+
+
+# -- Scan 8 --------------------------------------------------------------------------------------------
+
+def sum_body(n_scan=1):
+    """state_out = state_in + sum of the elements; scan output = state_out (a running sum)."""
+    xs = [f"x{j}" for j in range(n_scan)]
+    return graph([node("Sum", ["s_in", *xs], ["s_out"], name="sum"), node("Identity", ["s_out"], ["y"], name="y")],
+                 ["s_in", *xs], ["s_out", "y"])
+
+
+def test_scan8_batches_with_sequence_lens_and_directions():
+    x = f32(np.arange(1, 13).reshape(2, 3, 2))      # batch 2, sequence 3, element [2]
+    init = f32(np.zeros((2, 2)))
+    lens = i64([3, 2])
+    for directions, expected_y in (
+            ([0], [[[1, 2], [4, 6], [9, 12]], [[7, 8], [16, 18], [0, 0]]]),
+            ([1], [[[5, 6], [8, 10], [9, 12]], [[9, 10], [16, 18], [0, 0]]])):
+        s, y = run_graph([node("Scan", ["lens", "init", "x"], ["s", "y"], body=sum_body(), num_scan_inputs=1,
+                               directions=directions)], {"lens": lens, "init": init, "x": x}, ["s", "y"], 8)
+        assert_same(s, f32([[9, 12], [16, 18]]))
+        assert_same(y, f32(expected_y))                   # padded with zeros past each sequence's length
+
+
+def test_scan8_without_sequence_lens_two_inputs():
+    x = f32(np.arange(6).reshape(1, 3, 2))
+    s, y = run_graph([node("Scan", ["", "init", "x", "x"], ["s", "y"], body=sum_body(2), num_scan_inputs=2,
+                           directions=[0, 1])], {"init": f32([[0, 0]]), "x": x}, ["s", "y"], 8)
+    # forward elements [0 1] [2 3] [4 5] plus backward [4 5] [2 3] [0 1]
+    assert_same(y, f32([[[4, 6], [8, 12], [12, 18]]]))
+    assert_same(s, f32([[12, 18]]))
+
+
+@pytest.mark.parametrize("version,tname", type_params("Scan", [8], "V"))
+def test_scan8_every_type(version, tname):
+    x = sample(tname, (2, 3, 2))
+    body = graph([node("Identity", ["s_in"], ["s_out"], name="s"), node("Identity", ["e"], ["y"], name="y")],
+                 ["s_in", "e"], ["s_out", "y"])
+    s, y = run_graph([node("Scan", ["", "x0", "x"], ["s", "y"], body=body, num_scan_inputs=1)],
+                     {"x0": x[:, 0], "x": x}, ["s", "y"], version)
+    assert_same(s, x[:, 0])
+    assert_same(y, x)
+
+
+def test_scan8_errors():
+    x = f32(np.zeros((2, 3, 2)))
+    with raises_naming_node(KernelError, r"sequence_lens values must be in \[0, 3\]"):
+        run_graph([node("Scan", ["lens", "init", "x"], ["s", "y"], body=sum_body(), num_scan_inputs=1)],
+                  {"lens": i64([1, 4]), "init": f32(np.zeros((2, 2))), "x": x}, ["s", "y"], 8)
+    with raises_naming_node(KernelError, "initial state 0 must be a tensor with batch dim 2"):
+        run_graph([node("Scan", ["", "init", "x"], ["s", "y"], body=sum_body(), num_scan_inputs=1)],
+                  {"init": f32(np.zeros((3, 2))), "x": x}, ["s", "y"], 8)
+    with raises_naming_node(InvalidNodeError, "directions has 2 value"):
+        run_graph([node("Scan", ["", "init", "x"], ["s", "y"], body=sum_body(), num_scan_inputs=1,
+                        directions=[0, 1])], {"init": f32(np.zeros((2, 2))), "x": x}, ["s", "y"], 8)
+
+
+# -- Scan 9+ -------------------------------------------------------------------------------------------
+
+SCAN9 = [v for v in SCAN_VERSIONS if v >= 9]
+
+
+def run_scan(version, inputs: dict, n_states=1, n_outs=1, body=None, **attrs):
+    names = list(inputs)
+    outs = [f"o{k}" for k in range(n_states + n_outs)]
+    return run_graph([node("Scan", names, outs, body=body or sum_body(len(names) - n_states),
+                           num_scan_inputs=len(names) - n_states, **attrs)], inputs, outs, version)
+
+
+@pytest.mark.parametrize("version", SCAN9)
+def test_scan_running_sum(version):
+    x = f32([[1, 2], [3, 4], [5, 6]])
+    s, y = run_scan(version, {"init": f32([0, 0]), "x": x})
+    assert_same(s, f32([9, 12]))
+    assert_same(y, f32([[1, 2], [4, 6], [9, 12]]))
+
+
+@pytest.mark.parametrize("version", SCAN9)
+def test_scan_input_axes_and_directions(version):
+    x = f32([[1, 2, 3], [10, 20, 30]])       # scanned along axis 1: elements [1 10] [2 20] [3 30]
+    s, y = run_scan(version, {"init": f32([0, 0]), "x": x}, scan_input_axes=[1])
+    assert_same(y, f32([[1, 10], [3, 30], [6, 60]]))
+    s, y = run_scan(version, {"init": f32([0, 0]), "x": x}, scan_input_axes=[1], scan_input_directions=[1])
+    assert_same(y, f32([[3, 30], [5, 50], [6, 60]]))
+    assert_same(s, f32([6, 60]))
+
+
+@pytest.mark.parametrize("version", SCAN9)
+def test_scan_output_axes_and_directions(version):
+    x = f32([[1, 2], [3, 4], [5, 6]])
+    _, y = run_scan(version, {"init": f32([0, 0]), "x": x}, scan_output_axes=[1])
+    assert_same(y, f32([[1, 4, 9], [2, 6, 12]]))
+    _, y = run_scan(version, {"init": f32([0, 0]), "x": x}, scan_output_directions=[1])
+    assert_same(y, f32([[9, 12], [4, 6], [1, 2]]))   # prepended: the last iteration comes first
+    _, y = run_scan(version, {"init": f32([0, 0]), "x": x}, scan_output_axes=[1], scan_output_directions=[1])
+    assert_same(y, f32([[9, 4, 1], [12, 6, 2]]))
+
+
+@pytest.mark.parametrize("version", [v for v in SCAN9 if v >= 11])
+def test_scan_negative_axes(version):
+    x = f32([[1, 2, 3], [10, 20, 30]])
+    _, y = run_scan(version, {"init": f32([0, 0]), "x": x}, scan_input_axes=[-1], scan_output_axes=[-1])
+    assert_same(y, f32([[1, 3, 6], [10, 30, 60]]))
+
+
+def test_scan9_rejects_negative_axes():
+    with raises_naming_node(InvalidNodeError, "scan_input_axes must be non-negative"):
+        run_scan(9, {"init": f32([0, 0]), "x": f32([[1, 2]])}, scan_input_axes=[-1])
+
+
+@pytest.mark.parametrize("version", SCAN9)
+def test_scan_two_inputs_two_states_no_output(version):
+    body = graph([node("Add", ["a_in", "x"], ["a_out"], name="a"), node("Mul", ["b_in", "y"], ["b_out"], name="b")],
+                 ["a_in", "b_in", "x", "y"], ["a_out", "b_out"])
+    a, b = run_scan(version, {"a": f32(0), "b": f32([1, 1]), "x": f32([1, 2]), "y": f32([[2, 3], [4, 5]])},
+                    n_states=2, n_outs=0, body=body, scan_input_axes=[0, 1])
+    assert_same(a, f32(3))
+    assert_same(b, f32([2 * 3, 4 * 5]))     # y scanned along axis 1: elements [2 4] then [3 5]
+
+
+@pytest.mark.parametrize("version", SCAN9)
+def test_scan_outer_capture_and_empty_sequence(version):
+    body = graph([node("Mul", ["e", "k"], ["y"], name="mul"), node("Identity", ["s_in"], ["s_out"], name="s")],
+                 ["s_in", "e"], ["s_out", vinfo("y", elem=F, shape=[2])])
+    out = run_graph([node("Scan", ["init", "x"], ["s", "y"], body=body, num_scan_inputs=1)],
+                    {"init": f32(5), "x": f32([[1, 2], [3, 4]]), "k": f32(10)}, ["s", "y"], version)
+    assert_same(out[1], f32([[10, 20], [30, 40]]))
+    s, y = run_graph([node("Scan", ["init", "x"], ["s", "y"], body=body, num_scan_inputs=1, scan_output_axes=[1])],
+                     {"init": f32(5), "x": f32(np.zeros((0, 2))), "k": f32(10)}, ["s", "y"], version)
+    assert_same(s, f32(5))
+    assert_same(y, f32(np.zeros((2, 0))))   # no iteration: the declared element shape [2], then the axis
+
+
+@pytest.mark.parametrize("version,tname", type_params("Scan", SCAN9, "V"))
+def test_scan_every_type(version, tname):
+    x = sample(tname, (3, 2))
+    body = graph([node("Identity", ["e"], ["s_out"], name="s"), node("Identity", ["e"], ["y"], name="y")],
+                 ["s_in", "e"], ["s_out", "y"])
+    s, y = run_scan(version, {"init": x[0], "x": x}, body=body, scan_output_directions=[1])
+    assert_same(s, x[2])
+    assert_same(y, x[::-1])
+
+
+def test_scan_errors():
+    with raises_naming_node(KernelError, "scan input 1 has 3 element.*scan input 0 has 2"):
+        run_scan(21, {"init": f32(0), "x": f32([1, 2]), "y": f32([1, 2, 3])})
+    with raises_naming_node(KernelError, "scan_input_axes.0. 2 is out of range"):
+        run_scan(21, {"init": f32([0, 0]), "x": f32([[1, 2]])}, scan_input_axes=[2])
+    with raises_naming_node(InvalidNodeError, "scan_output_directions values must be 0"):
+        run_scan(21, {"init": f32([0, 0]), "x": f32([[1, 2]])}, scan_output_directions=[2])
+    with raises_naming_node(InvalidNodeError, "body has 2 output.*1 expected"):
+        run_scan(21, {"init": f32([0, 0]), "x": f32([[1, 2]])}, n_outs=0)
