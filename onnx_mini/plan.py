@@ -189,7 +189,7 @@ def build_plan(graph: Graph, opsets: dict[str, int], functions: dict[tuple[str, 
     steps: list[tuple] = []
     infos: list[StepInfo] = []
     for node, spec, opset in order:
-        fn = _bind(node, spec, opset, node.opsets or opsets, functions, optimize)
+        fn = _bind(node, spec, opset, node.opsets or opsets, functions, optimize, graph)
         ins = tuple(slot(x) for x in (*node.inputs, *node.captures))
         outs = tuple(slot(x) if x else DISCARD_SLOT for x in node.outputs)
         out = outs if spec.multi_output else (outs[0] if outs else DISCARD_SLOT)
@@ -468,7 +468,7 @@ def _subplans(node: Node, opsets: dict[str, int], functions, optimize: bool) -> 
 
 
 def _bind(node: Node, spec: KernelSpec, opset: int | None, opsets: dict[str, int] | None = None,
-          functions=None, optimize: bool = True) -> Callable:
+          functions=None, optimize: bool = True, graph: Graph | None = None) -> Callable:
     """Check the node's attributes against the kernel, plan its subgraphs, and call its factory once."""
     def fail(msg: str) -> InvalidNodeError:
         return InvalidNodeError(msg, node=node.name, op_type=node.op_type, domain=node.domain,
@@ -486,6 +486,10 @@ def _bind(node: Node, spec: KernelSpec, opset: int | None, opsets: dict[str, int
         kwargs["_n_inputs"] = len(node.inputs)
     if "_n_outputs" in spec.injected:
         kwargs["_n_outputs"] = len(node.outputs)
+    if "_graph" in spec.injected:      # Gradient: the graph holding the node, to differentiate
+        kwargs["_graph"] = graph
+    if "_opsets" in spec.injected:
+        kwargs["_opsets"] = opsets or {}
     try:
         return spec.factory(**kwargs)
     except NodeError:

@@ -9,7 +9,8 @@ it implements:
         return lambda data: np.array(data.shape, dtype=np.int64)
 
 Factory parameters whose names start with "_" are not attributes but facts the planner injects:
-`_n_inputs`/`_n_outputs` (how many the node has, counting omitted optional ones).
+`_n_inputs`/`_n_outputs` (how many the node has, counting omitted optional ones); `_graph`/`_opsets`
+(the graph holding the node and its opset imports, for ops about their own graph: Gradient).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from . import dtypes
 from .graph import AttrRef, Function, Graph, Node, TypeInfo, normalize_domain
 from .loader import parse_attribute, parse_function
 
-INJECTED = ("_n_inputs", "_n_outputs")
+INJECTED = ("_n_inputs", "_n_outputs", "_graph", "_opsets")
 
 
 @dataclass(frozen=True)
