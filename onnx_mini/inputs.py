@@ -4,8 +4,8 @@ and hand the graph's outputs back to the caller.
 Values that are not tensors: a sequence is a Python list of values (a tuple is accepted), an optional
 is None (empty) or its value, a map is a dict. Tensors must have the declared element type and rank,
 and the declared fixed dimensions; sequences and optionals are checked element by element against
-their declared element type. Inputs are stored as read-only views so that no kernel can ever write
-into a caller's array.
+their declared element type, maps key by key and value by value (stored as a fresh MapValue).
+Inputs are stored as read-only views so that no kernel can ever write into a caller's array.
 """
 from __future__ import annotations
 
@@ -80,10 +80,64 @@ def check_value(name: str, t: TypeInfo | None, value: Any) -> Any:
     if t.kind == "optional":
         return None if value is None else check_value(name, t.inner, value)
     if t.kind == "map":
-        if not isinstance(value, dict):
-            raise InputError(f"input {name!r}: expected a map (dict), got {_kind_of(value)}")
-        return value
+        return _check_map(name, t, value)
     return value
+
+
+class MapValue(dict):
+    """A map input after its check: a fresh dict whose keys are Python ints or strs and whose values
+    are Python scalars of the declared value type (or checked values of a non-tensor value type).
+    key_dtype / value_dtype are the declared element types (numpy dtypes; value_dtype None when the
+    values are not tensors), so that a kernel knows them even for an empty map."""
+    __slots__ = ("key_dtype", "value_dtype")
+
+
+def _check_map(name: str, t: TypeInfo, value: Any) -> MapValue:
+    if not isinstance(value, dict):
+        raise InputError(f"input {name!r}: expected a map ({type_string(t)}) given as a dict, "
+                         f"got {_kind_of(value)}")
+    inner = t.inner
+    scalar_values = inner is None or inner.kind == "tensor"
+    out = MapValue()
+    out.key_dtype = dtypes.NP_DTYPE.get(t.key_type)
+    out.value_dtype = dtypes.NP_DTYPE.get(inner.elem_type) if scalar_values and inner is not None else None
+    for k, v in value.items():
+        key = _map_scalar(name, t, "key", t.key_type, k)
+        out[key] = (_map_scalar(name, t, f"value of key {key!r}", inner.elem_type if inner else 0, v)
+                    if scalar_values else check_value(f"{name}[{key!r}]", inner, v))
+    return out
+
+
+def _map_scalar(name: str, t: TypeInfo, what: str, elem: int, x: Any):
+    """A map key or value as a Python scalar of element type `elem` (0: unknown, taken as given)."""
+    dt = dtypes.NP_DTYPE.get(elem)
+    if dt is None:
+        return x
+    if isinstance(x, np.ndarray) and x.ndim == 0:
+        x = x[()]
+    ok = False
+    if dt == object:
+        ok = isinstance(x, str)
+        x = str(x) if ok else x
+    elif isinstance(x, (bool, np.bool_)) or dt == np.bool_:
+        ok = dt == np.bool_ and isinstance(x, (bool, np.bool_))
+    elif dt.kind in "iu":
+        if isinstance(x, (int, np.integer)):
+            info = np.iinfo(dt)
+            if not info.min <= x <= info.max:
+                raise InputError(f"input {name!r}: map {what} {int(x)} is out of the range of "
+                                 f"{dtypes.type_name(elem)} (declared {type_string(t)})")
+            ok, x = True, int(x)
+    elif dt.kind == "c":
+        ok = isinstance(x, (int, float, complex, np.number))
+        x = complex(x) if ok else x
+    else:                      # float, double and the ml_dtypes floats
+        ok = isinstance(x, (int, float, np.integer, np.floating))
+        x = float(x) if ok else x
+    if not ok:
+        raise InputError(f"input {name!r}: map {what} {x!r} ({type(x).__name__}) is not a "
+                         f"{dtypes.type_name(elem)} (declared {type_string(t)})")
+    return x
 
 
 def _check_tensor(name: str, t: TypeInfo, value: Any) -> np.ndarray:
@@ -145,13 +199,13 @@ def type_string(t: TypeInfo | None) -> str:
 
 def export_outputs(values: list) -> list:
     """Outputs as the caller receives them: tensors as they are (read-only when shared), sequences as
-    fresh lists (a sequence may be a constant of the plan, shared by every run), optionals as None or
-    their value."""
-    return [_export(v) if v.__class__ is list else v for v in values]
+    fresh lists and maps as fresh plain dicts (either may be a constant of the plan, shared by every
+    run; a sequence of maps such as ZipMap's is a list of dicts), optionals as None or their value."""
+    return [_export(v) if v.__class__ is list else dict(v) if isinstance(v, dict) else v for v in values]
 
 
 def _export(v: list) -> list:
-    return [_export(x) if x.__class__ is list else x for x in v]
+    return [_export(x) if x.__class__ is list else dict(x) if isinstance(x, dict) else x for x in v]
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:

@@ -1,0 +1,126 @@
+"""Helpers shared by the ai.onnx.ml model operators (trees, SVMs, linear models).
+
+- post_transform: the names (string attribute of the older ops, int enumeration of TreeEnsemble-5)
+  checked once in a factory (transform_name), and the transforms of [N, E] scores (post_transform):
+  NONE, SOFTMAX, LOGISTIC, SOFTMAX_ZERO, PROBIT
+- one score per sample expanded to the two columns of a binary classifier: binary_scores
+- class labels (classlabels_int64s / classlabels_ints / classlabels_strings): class_labels
+- the input as a [N, F] matrix in the type the math runs in: features_2d
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import InvalidValueError
+
+TRANSFORMS = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")  # TreeEnsemble-5 numbers them 0..4
+
+
+def transform_name(value) -> str:
+    """post_transform given as a name ('NONE', ...) or as TreeEnsemble-5's number; ValueError otherwise."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        if not 0 <= value < len(TRANSFORMS):
+            raise ValueError(f"post_transform must be in [0, {len(TRANSFORMS) - 1}], got {value}")
+        return TRANSFORMS[value]
+    if value not in TRANSFORMS:
+        raise ValueError(f"post_transform must be one of {', '.join(TRANSFORMS)}, got {value!r}")
+    return value
+
+
+def logistic(x: np.ndarray) -> np.ndarray:
+    """1 / (1 + exp(-x)) without overflow warnings for large |x|."""
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+# Acklam's rational approximation of the standard normal quantile (relative error < 1.2e-9).
+_A = (-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02, 1.383577518672690e+02,
+      -3.066479806614716e+01, 2.506628277459239e+00)
+_B = (-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02, 6.680131188771972e+01,
+      -1.328068155288572e+01, 1.0)
+_C = (-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00, -2.549671029745264e+00,
+      4.374664141464968e+00, 2.938163982698783e+00)
+_D = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00, 3.754408661907416e+00, 1.0)
+
+
+def _poly(coefs, x):
+    out = np.zeros_like(x)
+    for c in coefs:
+        out = out * x + c
+    return out
+
+
+def probit(p: np.ndarray) -> np.ndarray:
+    """The standard normal quantile sqrt(2) * erfinv(2p - 1): -inf at 0, +inf at 1, NaN outside [0, 1]."""
+    p = np.asarray(p, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = p - 0.5
+        r = q * q
+        central = q * _poly(_A, r) / _poly(_B, r)
+        t = np.sqrt(-2 * np.log(np.minimum(p, 1 - p)))
+        tail = _poly(_C, t) / _poly(_D, t)
+        out = np.where(np.abs(q) <= 0.5 - 0.02425, central, np.where(q < 0, tail, -tail))
+    out = np.where(p == 0, -np.inf, np.where(p == 1, np.inf, out))
+    return np.where((p < 0) | (p > 1) | np.isnan(p), np.nan, out)
+
+
+def _softmax(s: np.ndarray) -> np.ndarray:
+    e = np.exp(s - s.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _softmax_zero(s: np.ndarray) -> np.ndarray:
+    """Softmax over the non-zero scores of each row; zero scores stay zero (a row of zeros stays zeros)."""
+    nonzero = s != 0
+    top = np.where(nonzero, s, -np.inf).max(axis=1, keepdims=True)
+    e = np.where(nonzero, np.exp(s - np.where(np.isfinite(top), top, 0)), 0)
+    total = e.sum(axis=1, keepdims=True)
+    return e / np.where(total == 0, 1, total)
+
+
+def post_transform(name: str, scores: np.ndarray) -> np.ndarray:
+    """scores [N, E] transformed row by row (same float type; SOFTMAX over each row)."""
+    if name == "NONE" or scores.size == 0:
+        return scores
+    if name == "LOGISTIC":
+        return logistic(scores)
+    if name == "SOFTMAX":
+        return _softmax(scores)
+    if name == "SOFTMAX_ZERO":
+        return _softmax_zero(scores)
+    return probit(scores).astype(scores.dtype)
+
+
+def binary_scores(s: np.ndarray, name: str, probability_like: bool) -> np.ndarray:
+    """A binary classifier that computes one score s [N] for the second class: both columns [N, 2].
+
+    LOGISTIC: [logistic(-s), logistic(s)]; PROBIT: [-probit(s), probit(s)] (= probit of [1-s, s]);
+    otherwise [1 - s, s] when s is a probability-like score (all weights non-negative), else [-s, s],
+    SOFTMAX / SOFTMAX_ZERO applied to that pair."""
+    if name == "LOGISTIC":
+        return np.stack([logistic(-s), logistic(s)], axis=1)
+    if name == "PROBIT":
+        p = probit(s).astype(s.dtype)
+        return np.stack([-p, p], axis=1)
+    pair = np.stack([1 - s if probability_like else -s, s], axis=1)
+    return post_transform(name, pair)
+
+
+def class_labels(ints, strings, what_ints: str) -> np.ndarray:
+    """The class labels of a classifier: an int64 array, or an object array of str. ValueError unless
+    exactly one of the two attributes is given (and non-empty)."""
+    if (ints is None or len(ints) == 0) == (strings is None or len(strings) == 0):
+        raise ValueError(f"exactly one of {what_ints} and classlabels_strings must be given")
+    if strings:
+        return np.array(list(strings), dtype=object)
+    return np.array(ints, dtype=np.int64)
+
+
+def features_2d(x: np.ndarray, compute: np.dtype | None = None) -> np.ndarray:
+    """X [N, F] (a 1-D X is one sample; higher ranks flatten after the first axis), converted to the
+    float type the math runs in: float64 for double input, else float32 (unless `compute` is given)."""
+    if x.ndim == 0:
+        raise InvalidValueError("X must have at least one dimension, got a scalar")
+    x2 = x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], int(np.prod(x.shape[1:])))
+    dt = compute or (np.dtype(np.float64) if x.dtype == np.float64 else np.dtype(np.float32))
+    return x2.astype(dt, copy=False)

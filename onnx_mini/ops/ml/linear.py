@@ -1,0 +1,85 @@
+"""Linear models (ai.onnx.ml): LinearRegressor-1 and LinearClassifier-1.
+
+scores = X @ coefficients.reshape(E, F).T + intercepts, computed in float32 (float64 for a double X),
+then post_transform; outputs are float32 (and int64 or string labels for the classifier).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import InvalidValueError
+from ...registry import kernel
+from ._common import binary_scores, class_labels, features_2d, transform_name
+from ._common import post_transform as apply_transform
+
+ML = "ai.onnx.ml"
+
+
+def _linear_scores(coefficients: np.ndarray, intercepts, rows: int | None):
+    """fn(x) -> [N, E] scores for coefficients of E rows (E = len(intercepts) when given, else `rows`,
+    else whatever the number of features at run time makes it)."""
+    coef64 = np.asarray(coefficients, np.float64)
+    coef32 = coef64.astype(np.float32)
+    icpt = None if intercepts is None or len(intercepts) == 0 else np.asarray(intercepts, np.float64)
+    if icpt is not None:
+        rows = len(icpt)
+    if rows is not None and (rows == 0 or coef64.size % rows):
+        raise ValueError(f"{coef64.size} coefficients do not split into {rows} rows (one per "
+                         f"{'intercept' if icpt is not None else 'target'})")
+
+    def scores(x):
+        xf = features_2d(x)
+        f = xf.shape[1]
+        e = rows if rows is not None else (coef64.size // f if f else 0)
+        if e * f != coef64.size:
+            raise InvalidValueError(f"X has {f} features per sample (shape {list(x.shape)}) but there are "
+                                    f"{coef64.size} coefficients" + (f" for {rows} rows" if rows else ""))
+        w = (coef64 if xf.dtype == np.float64 else coef32).reshape(e, f)
+        s = xf @ w.T
+        return s + icpt.astype(s.dtype) if icpt is not None else s
+    return scores, rows
+
+
+@kernel("LinearRegressor", since=1, domain=ML)
+def linear_regressor_1(*, coefficients=None, intercepts=None, post_transform="NONE", targets=1):
+    transform = transform_name(post_transform)
+    if coefficients is None or len(coefficients) == 0:
+        raise ValueError("coefficients are required")
+    if targets < 1:
+        raise ValueError(f"targets must be positive, got {targets}")
+    if intercepts and len(intercepts) != targets:
+        raise ValueError(f"intercepts has {len(intercepts)} values, expected targets={targets}")
+    scores, _ = _linear_scores(coefficients, intercepts, targets)
+    return lambda x: apply_transform(transform, scores(x)).astype(np.float32)
+
+
+@kernel("LinearClassifier", since=1, domain=ML)
+def linear_classifier_1(*, classlabels_ints=None, classlabels_strings=None, coefficients, intercepts=None,
+                        multi_class=0, post_transform="NONE"):
+    # multi_class (0 = one-vs-rest, 1 = multinomial) only says how the model was trained.
+    labels = class_labels(classlabels_ints, classlabels_strings, "classlabels_ints")
+    transform = transform_name(post_transform)
+    if multi_class not in (0, 1):
+        raise ValueError(f"multi_class must be 0 or 1, got {multi_class}")
+    if coefficients is None or len(coefficients) == 0:
+        raise ValueError("coefficients are required")
+    scores, rows = _linear_scores(coefficients, intercepts, None)
+    if rows not in (None, 1) and rows != len(labels):
+        raise ValueError(f"{rows} score rows (intercepts) but {len(labels)} class labels")
+    if len(labels) == 2:
+        negative, positive = labels[0], labels[1]
+    else:   # one score and no pair of labels: the score's sign says 1 or 0
+        negative, positive = (("0", "1") if labels.dtype == object else (0, 1))
+    pair = np.array([negative, positive], dtype=labels.dtype)
+
+    def run(x):
+        s = scores(x)
+        if s.shape[1] == 1:   # one score: the second class when positive
+            y = pair[(s[:, 0] > 0).astype(np.intp)]
+            if len(labels) == 2:
+                return y, binary_scores(s[:, 0], transform, True).astype(np.float32)
+            return y, apply_transform(transform, s).astype(np.float32)
+        if s.shape[1] != len(labels):
+            raise InvalidValueError(f"{s.shape[1]} scores per sample but {len(labels)} class labels")
+        return labels[np.argmax(s, axis=1)], apply_transform(transform, s).astype(np.float32)
+    return run

@@ -1,0 +1,202 @@
+"""ai.onnx.ml preprocessing: ArrayFeatureExtractor, Binarizer, Imputer, Normalizer, Scaler,
+OneHotEncoder, FeatureVectorizer.
+
+Features are the last axis (an [N, F] tensor holds N rows of F features). Numeric results the spec
+types as float are float32: computed in float32 for a float32 input, in float64 otherwise (double
+and integer inputs keep their precision), rounded once.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...errors import InvalidValueError
+from ...registry import kernel
+from .._common import as_array, float_to
+from .encoders import ML, Lookup, exactly_one, tname
+
+
+def _float(x: np.ndarray) -> np.ndarray:
+    """x as the float type the computation runs in: float32 stays, anything else goes to float64."""
+    return x if x.dtype == np.float32 else x.astype(np.float64)
+
+
+def _features(x: np.ndarray) -> int:
+    """The number of features of x: its last dimension (1 for a scalar)."""
+    return x.shape[-1] if x.ndim else 1
+
+
+def _per_feature(values: np.ndarray, x: np.ndarray, what: str) -> None:
+    """An attribute of length 1 (applies to every feature) or F (one per feature of x)."""
+    if values.size not in (1, _features(x)):
+        raise InvalidValueError(f"{what} has {values.size} values; it must have 1 or one per feature "
+                                f"(the input has {_features(x)} features, shape {list(x.shape)})")
+
+
+# -- ArrayFeatureExtractor ---------------------------------------------------------------------------
+
+@kernel("ArrayFeatureExtractor", since=1, domain=ML)
+def array_feature_extractor_1():
+    def run(x, y):
+        if x.ndim == 0:
+            raise InvalidValueError("X must have at least one dimension")
+        if y.dtype.kind not in "iu":
+            raise InvalidValueError(f"the indices Y must be int64, got {tname(y.dtype)}")
+        indices = y.reshape(-1)
+        n = x.shape[-1]
+        if indices.size and (indices.min() < 0 or indices.max() >= n):
+            bad = indices[(indices < 0) | (indices >= n)]
+            raise InvalidValueError(f"index {int(bad[0])} is out of range for the last axis of X "
+                                    f"(size {n}, shape {list(x.shape)}): accepted [0, {n - 1}]")
+        z = x.take(indices, axis=-1)
+        # a 1-D X gives one row [1, len(Y)], as onnxruntime does
+        return z.reshape(1, -1) if x.ndim == 1 else z
+    return run
+
+
+# -- Binarizer -------------------------------------------------------------------------------------
+
+@kernel("Binarizer", since=1, domain=ML)
+def binarizer_1(*, threshold=0.0):
+    # greater than the threshold -> 1, anything else (NaN included) -> 0, in X's type
+    return lambda x: as_array(x > threshold).astype(x.dtype)
+
+
+# -- Imputer ---------------------------------------------------------------------------------------
+
+@kernel("Imputer", since=1, domain=ML)
+def imputer_1(*, imputed_value_floats=None, imputed_value_int64s=None, replaced_value_float=0.0,
+              replaced_value_int64=0):
+    exactly_one(imputed_value_floats=imputed_value_floats, imputed_value_int64s=imputed_value_int64s)
+    floats = None if imputed_value_floats is None else np.array(imputed_value_floats, dtype=np.float32)
+    ints = None if imputed_value_int64s is None else np.array(imputed_value_int64s, dtype=np.int64)
+    nan = math.isnan(replaced_value_float)
+
+    def run(x):
+        if x.dtype.kind == "f":
+            if floats is None:
+                raise InvalidValueError(f"a {tname(x.dtype)} input needs imputed_value_floats "
+                                        "(the node sets imputed_value_int64s)")
+            fill = floats.astype(x.dtype)
+            mask = np.isnan(x) if nan else x == replaced_value_float
+        elif x.dtype.kind in "iu":
+            if ints is None:
+                raise InvalidValueError(f"an {tname(x.dtype)} input needs imputed_value_int64s "
+                                        "(the node sets imputed_value_floats)")
+            info = np.iinfo(x.dtype)
+            if ints.size and (ints.min() < info.min or ints.max() > info.max):
+                raise InvalidValueError(f"imputed_value_int64s {ints.tolist()} do not fit the input's type "
+                                        f"{tname(x.dtype)}")
+            fill = ints.astype(x.dtype)
+            mask = x == np.int64(replaced_value_int64)
+        else:
+            raise InvalidValueError(f"the input must be a float, double, int64 or int32 tensor, got "
+                                    f"{tname(x.dtype)}")
+        _per_feature(fill, x, "imputed_value_" + ("floats" if x.dtype.kind == "f" else "int64s"))
+        return as_array(np.where(mask, fill.reshape(()) if fill.size == 1 else fill, x))
+    return run
+
+
+# -- Normalizer ------------------------------------------------------------------------------------
+
+@kernel("Normalizer", since=1, domain=ML)
+def normalizer_1(*, norm="MAX"):
+    # Each row (the last axis) divided by: MAX its maximum, L1 the sum of its absolute values, L2 its
+    # Euclidean norm (sign kept); a zero divisor leaves the row as it is.
+    divisors = {
+        "MAX": lambda v: v.max(axis=-1, keepdims=True),
+        "L1": lambda v: np.abs(v).sum(axis=-1, keepdims=True),
+        "L2": lambda v: np.sqrt(np.square(v).sum(axis=-1, keepdims=True)),
+    }
+    if norm not in divisors:
+        raise ValueError(f"norm {norm!r} is not one of 'MAX', 'L1', 'L2'")
+    divisor = divisors[norm]
+
+    def run(x):
+        v = _float(x)
+        if v.size == 0:
+            return v.astype(np.float32)
+        row = v.reshape(1) if v.ndim == 0 else v
+        d = divisor(row)
+        y = row / np.where(d == 0, 1, d).astype(row.dtype)
+        return y.reshape(x.shape).astype(np.float32)
+    return run
+
+
+# -- Scaler ----------------------------------------------------------------------------------------
+
+@kernel("Scaler", since=1, domain=ML)
+def scaler_1(*, offset=None, scale=None):
+    # Y = (X - offset) * scale, each of length 1 or one per feature; a missing one is the identity
+    if offset and scale and len(offset) != len(scale):
+        raise ValueError(f"offset ({len(offset)} values) and scale ({len(scale)}) must have the same length")
+    off = np.array(offset or [0.0], dtype=np.float32)
+    mul = np.array(scale or [1.0], dtype=np.float32)
+
+    def run(x):
+        _per_feature(off, x, "offset")
+        _per_feature(mul, x, "scale")
+        return as_array((_float(x) - off) * mul).astype(np.float32)
+    return run
+
+
+# -- OneHotEncoder ---------------------------------------------------------------------------------
+
+@kernel("OneHotEncoder", since=1, domain=ML)
+def one_hot_encoder_1(*, cats_int64s=None, cats_strings=None, zeros=1):
+    which = exactly_one(cats_int64s=cats_int64s, cats_strings=cats_strings)
+    strings = which == "cats_strings"
+    cats = np.array(cats_strings if strings else cats_int64s, dtype=object if strings else np.int64)
+    lookup = Lookup(cats)
+    columns = np.arange(cats.size)
+
+    def run(x):
+        if strings != (x.dtype == object):
+            raise InvalidValueError(f"a {tname(x.dtype)} input needs "
+                                    f"{'cats_strings' if x.dtype == object else 'cats_int64s'}, the node "
+                                    f"sets {which}")
+        if x.dtype.kind == "f":  # floats are cast to integers (toward zero); NaN/inf match nothing
+            pos = lookup(float_to(x, np.dtype(np.int64)))
+            pos[~np.isfinite(x)] = -1
+        else:
+            pos = lookup(x if strings else x.astype(np.int64, copy=False))
+        if not zeros:
+            unknown = pos < 0
+            if unknown.any():
+                raise InvalidValueError(f"category {x[unknown].tolist()[0]!r} is not in {which} and zeros=0 forbids "
+                                        "unknown categories")
+        return (pos[..., None] == columns).astype(np.float32)
+    return run
+
+
+# -- FeatureVectorizer -----------------------------------------------------------------------------
+
+@kernel("FeatureVectorizer", since=1, domain=ML)
+def feature_vectorizer_1(*, inputdimensions=None, _n_inputs):
+    # Inputs are [N, C] (1-D: [1, C]; higher ranks: [N, rest flattened]); each one is cut or padded
+    # with zeros to its inputdimensions entry and the pieces are concatenated along the columns.
+    if inputdimensions is not None:
+        if len(inputdimensions) != _n_inputs:
+            raise ValueError(f"inputdimensions has {len(inputdimensions)} entries for {_n_inputs} inputs")
+        if any(d < 0 for d in inputdimensions):
+            raise ValueError(f"inputdimensions {list(inputdimensions)} must not be negative")
+
+    def run(*xs):
+        mats = [x.reshape(1, -1) if x.ndim <= 1 else x.reshape(x.shape[0], math.prod(x.shape[1:])) for x in xs]
+        rows = {m.shape[0] for m in mats}
+        if len(rows) > 1:
+            raise InvalidValueError(f"the inputs have different batch sizes: "
+                                    f"{', '.join(str(list(x.shape)) for x in xs)}")
+        for x in xs:
+            if x.dtype.kind not in "iuf":
+                raise InvalidValueError(f"the inputs must be int32, int64, float or double, got {tname(x.dtype)}")
+        widths = list(inputdimensions) if inputdimensions is not None else [m.shape[1] for m in mats]
+        out = np.zeros((mats[0].shape[0], sum(widths)), dtype=np.float32)
+        col = 0
+        for m, w in zip(mats, widths):
+            k = min(w, m.shape[1])
+            out[:, col:col + k] = m[:, :k]
+            col += w
+        return out
+    return run
