@@ -18,7 +18,7 @@ test: $(STAMP)
 	$(PY) -m pytest backend_tests
 
 demo: $(STAMP)
-	$(PY) examples/demo.py
+	$(PY) examples/classify.py
 
 bench: $(STAMP)
 	$(PY) -m pip install -q onnxruntime

@@ -25,6 +25,13 @@ def test_demo_runs_and_checks_itself():
     assert "stores in the table: 3" in out and "identical" in out
 
 
+def test_make_demo_classifies_with_the_light_resnet50():
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "classify.py")], capture_output=True, text=True,
+                         check=True).stdout
+    assert "light ResNet-50" in out and "top-5" in out and re.search(r"run \d+\.\d ms", out)
+    assert "same top-5 as onnxruntime: True" in out or "onnxruntime is not installed" in out
+
+
 def test_cli_info_run_ops(tmp_path, capsys):
     sys.path.insert(0, str(ROOT / "examples"))
     import demo

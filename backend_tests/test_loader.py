@@ -66,6 +66,24 @@ def test_ir3_initializer_inputs_are_optional_with_default():
     np.testing.assert_array_equal(rep.run([x, np.ones(2, np.float32)])[0], [2, 3])  # one per graph input
 
 
+def test_initializer_backed_inputs_fold_until_a_run_overrides_them():
+    # b + b depends only on an initializer-backed input: folded in the main plan, recomputed when fed.
+    nodes = [helper.make_node("Add", ["b", "b"], ["bb"]), helper.make_node("Add", ["x", "bb"], ["y"])]
+    m = model(nodes, [("x", F, [2]), ("b", F, [2])], [("y", F, [2])],
+              [numpy_helper.from_array(np.array([10, 20], np.float32), "b")], opset=6, ir_version=3)
+    rep = onnx_mini.prepare(m)
+    x, ones = np.array([1, 2], np.float32), np.ones(2, np.float32)
+    assert len(rep.plan.steps) == 1
+    np.testing.assert_array_equal(rep.run({"x": x})[0], [21, 42])
+    np.testing.assert_array_equal(rep.run({"x": x, "b": ones})[0], [3, 4])
+    np.testing.assert_array_equal(rep.run([x, ones])[0], [3, 4])
+    np.testing.assert_array_equal(rep.run({"x": x})[0], [21, 42])          # the default again
+    sess = onnx_mini.InferenceSession(m)
+    assert [v.tolist() for v in sess.run(["bb", "y"], {"x": x, "b": ones})] == [[2, 2], [3, 4]]
+    assert [v.tolist() for v in sess.run(["bb", "y"], {"x": x})] == [[20, 40], [21, 42]]
+    assert len(onnx_mini.prepare(m, optimize=False).plan.steps) == 2
+
+
 def test_sparse_initializer_and_sparse_constant():
     values = numpy_helper.from_array(np.array([5, 7], np.float32), "s")
     linear = numpy_helper.from_array(np.array([1, 4], np.int64))

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import functools
+import threading
+from dataclasses import replace
 from typing import Any
 
 import onnx
@@ -18,13 +20,51 @@ from .plan import Plan, build_plan
 
 
 class PreparedModel(BackendRep):
-    """A model planned once; run() may be called any number of times (it keeps no state between runs)."""
+    """A model planned once; run() may be called any number of times (it keeps no state between runs).
+
+    Graph inputs backed by an initializer (every initializer is one in IR < 4 models) are defaults:
+    with optimize=True the main plan folds them as constants (the light models build their weights
+    from such inputs), and a run that feeds one of them uses a plan of the graph as written, made
+    on first need.
+    """
 
     def __init__(self, model: Model, *, optimize: bool = True):
         self.model = model
         self.optimize = optimize
-        self.plan: Plan = build_plan(model.graph, model.opsets, model.functions, optimize=optimize)
+        g = model.graph
+        self.defaults = frozenset(v.name for v in g.inputs if v.name in g.initializers) if optimize else frozenset()
+        self._plans: dict[tuple, Plan] = {}
+        self._lock = threading.Lock()
+        self.plan: Plan = self.plan_for(tuple(v.name for v in g.outputs))
         self._outputs_type = namedtupledict("Outputs", self.plan.output_names)
+
+    def plan_for(self, outputs: tuple[str, ...], feeds: Any = None) -> Plan:
+        """The plan computing `outputs` (any values of the graph) for these feeds."""
+        overrides = self._overrides(feeds)
+        key = (outputs, overrides)
+        plan = self._plans.get(key)
+        if plan is None:
+            with self._lock:
+                plan = self._plans.get(key)
+                if plan is None:
+                    g = self.model.graph
+                    if outputs != tuple(v.name for v in g.outputs):
+                        g = replace(g, outputs=[ValueInfo(n, None) for n in outputs])
+                    if self.defaults and not overrides:
+                        g = replace(g, inputs=[v for v in g.inputs if v.name not in self.defaults])
+                    plan = self._plans[key] = build_plan(g, self.model.opsets, self.model.functions,
+                                                         optimize=self.optimize)
+        return plan
+
+    def _overrides(self, feeds: Any) -> bool:
+        """Whether the feeds give a value to an initializer-backed input."""
+        if not self.defaults or feeds is None:
+            return False
+        if isinstance(feeds, dict):
+            return any(k in self.defaults for k in feeds)
+        if isinstance(feeds, (list, tuple)):   # positional: one value per graph input overrides them
+            return len(feeds) > len(self.model.graph.inputs) - len(self.defaults)
+        return False
 
     @property
     def input_names(self) -> list[str]:
@@ -38,7 +78,8 @@ class PreparedModel(BackendRep):
     def run(self, inputs: Any, hook: Hook | None = None, **kwargs: Any):
         """inputs: a list (positional, graph order), a dict name -> value, or a single array.
         A sequence is a list of arrays, an optional None or its value (inputs and outputs alike)."""
-        values = execute(self.plan, bind_inputs(self.plan, inputs), hook)
+        plan = self.plan if not self.defaults else self.plan_for(tuple(self.plan.output_names), inputs)
+        values = execute(plan, bind_inputs(plan, inputs), hook)
         return self._outputs_type(*export_outputs(values))
 
 

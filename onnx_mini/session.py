@@ -5,7 +5,7 @@ with those outputs is built once per distinct request and cached.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from . import loader
@@ -13,7 +13,6 @@ from .backend import PreparedModel
 from .executor import execute
 from .graph import ValueInfo
 from .inputs import bind_inputs, export_outputs, type_string
-from .plan import Plan, build_plan
 
 
 @dataclass(frozen=True)
@@ -34,7 +33,6 @@ class InferenceSession:
 
     def __init__(self, model, *, optimize: bool = True, base_dir: str | None = None, **_ignored: Any):
         self._prepared = PreparedModel(loader.load(model, base_dir), optimize=optimize)
-        self._plans: dict[tuple[str, ...], Plan] = {tuple(self._prepared.plan.output_names): self._prepared.plan}
 
     @property
     def prepared(self) -> PreparedModel:
@@ -48,13 +46,6 @@ class InferenceSession:
         return [_arg(v) for v in self._prepared.model.graph.outputs]
 
     def run(self, output_names: Sequence[str] | None, input_feed: dict, run_options: Any = None) -> list:
-        plan = self._plan_for(tuple(output_names) if output_names else tuple(self._prepared.plan.output_names))
+        names = tuple(output_names) if output_names else tuple(self._prepared.plan.output_names)
+        plan = self._prepared.plan_for(names, input_feed)
         return export_outputs(execute(plan, bind_inputs(plan, input_feed)))
-
-    def _plan_for(self, names: tuple[str, ...]) -> Plan:
-        plan = self._plans.get(names)
-        if plan is None:
-            m = self._prepared.model
-            g = replace(m.graph, outputs=[ValueInfo(n, None) for n in names])
-            plan = self._plans[names] = build_plan(g, m.opsets, m.functions, optimize=self._prepared.optimize)
-        return plan

@@ -126,9 +126,11 @@ def _batch_norm(epsilon: float, momentum: float, training: bool, spatial: bool, 
             if legacy:
                 outs += (cur_mean.astype(mean.dtype, copy=False), cur_var.astype(var.dtype, copy=False))
             return outs[:n_outputs]
-        y = xf - m.astype(ct, copy=False)          # a fresh array: scaled and shifted in place
-        y *= s.astype(ct, copy=False) / np.sqrt(v.astype(ct, copy=False) + epsilon)
-        y += bb.astype(ct, copy=False)
+        # (x - mean) * a + B with a = scale / sqrt(var + eps), as x * a + (B - mean * a): the per-channel
+        # vectors are folded first so the tensor itself is read once and written once.
+        a = s.astype(ct, copy=False) / np.sqrt(v.astype(ct, copy=False) + epsilon)
+        y = np.multiply(xf, a)
+        y += bb.astype(ct, copy=False) - m.astype(ct, copy=False) * a
         return (y.astype(x.dtype, copy=False),)
 
     return run
