@@ -24,6 +24,7 @@ bench: $(STAMP)
 	$(PY) -m pip install -q onnxruntime
 	$(PY) benchmarks/bench_core.py
 	$(PY) benchmarks/bench_ops.py
+	$(PY) benchmarks/bench_trees.py
 
 ops: $(STAMP)
 	$(PY) -m onnx_mini.cli ops
