@@ -1,0 +1,14 @@
+"""com.microsoft operators (onnxruntime's contrib operators), following onnxruntime's
+ContribOperators documentation. Importing a module registers its kernels; registry.load_all_ops()
+walks this package like every other family.
+
+- transformer.py: Attention, MultiHeadAttention, GroupQueryAttention, RotaryEmbedding,
+  SkipLayerNormalization, SkipSimplifiedLayerNormalization, EmbedLayerNormalization
+- fused.py: Gelu, BiasGelu, FastGelu, QuickGelu, BiasAdd, BiasSplitGelu, FusedMatMul, FusedGemm,
+  FusedConv, NhwcConv
+- misc.py: Inverse, Trilu, GridSample, Range
+- quantized_matmul.py, qlinear.py: the quantized operators (MatMulNBits, QLinear*, ...)
+
+All are version 1 of the domain: the registry resolves a com.microsoft node to the newest registered
+version not above the model's com.microsoft opset.
+"""

@@ -1,0 +1,430 @@
+"""com.microsoft quantized products: MatMulNBits, GatherBlockQuantized, MatMulIntegerToFloat,
+DynamicQuantizeMatMul, QGemm, DynamicQuantizeLSTM, QAttention (all since 1).
+
+Spec: onnxruntime's ContribOperators documentation; where it is silent, onnxruntime's CPU behaviour.
+
+- MatMulNBits: B holds N rows of K weights quantized in blocks of `block_size` along K, bit-packed
+  low bits first (for 4 bits: first value in the low nibble); W[n, k] = (q[n, k] - zp[n, k // bs]) *
+  scale[n, k // bs] with the default zero point 2^(bits-1); Y = A @ W^T (+ bias). Weights are
+  initializers: the dequantized W^T is kept while the same read-only B/scales/zero_points/g_idx array
+  objects come back (`_Memo`), so a model dequantizes once, not on every run.
+- GatherBlockQuantized: a Gather on a block-quantized table, dequantized after the gather (only the
+  gathered rows are ever unpacked); an out-of-range index gives a slice of zeros.
+- MatMulIntegerToFloat / DynamicQuantizeMatMul / QGemm: the exact integer product (matmul.py's
+  `_int_product`), scaled in float32.
+- DynamicQuantizeLSTM: LSTM (rnn.py) on the dequantized W and R, kept across runs like MatMulNBits.
+  onnxruntime also quantizes X and the hidden state to uint8 at every step; the documentation does not
+  ask for it, so this runtime keeps them in float32 (results agree to about one quantization step).
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from ...errors import InvalidValueError
+from ...registry import kernel
+from .._common import as_array, normalize_axis
+from ..math.matmul import _int_product, _per_col
+from ..quantization import dynamic_quantize_linear_11, quantize_array
+from ..rnn import lstm_14
+from ..tensor.cast import FLOAT8_MAX
+
+MS = "com.microsoft"
+_F32 = np.dtype(np.float32)
+_U8 = np.dtype(np.uint8)
+_FLOATS = frozenset(np.dtype(t) for t in (np.float32, np.float16, ml_dtypes.bfloat16))
+_INT8S = frozenset(np.dtype(t) for t in (np.int8, np.uint8))
+
+
+class _Memo:
+    """fn(*arrays), computed again only when the array objects change. A result is kept only when every
+    argument is a read-only array (initializers and constants, the same object on every run; the
+    executor hands user inputs over as a fresh read-only view per run, so they never hit)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.entry = None           # (arguments, result), replaced as a whole
+
+    def __call__(self, *arrays):
+        entry = self.entry
+        if entry is not None and all(a is b for a, b in zip(entry[0], arrays)):
+            return entry[1]
+        value = self.fn(*arrays)
+        if all(a is None or not a.flags.writeable for a in arrays):
+            self.entry = (arrays, value)
+        return value
+
+
+def unpack_bits(packed: np.ndarray, bits: int) -> np.ndarray:
+    """uint8 values packed along the last axis, low-order bits first -> one uint8 per value
+    (the last axis grows 8 / bits times). bits is 2, 4 or 8."""
+    if bits == 8:
+        return packed
+    shifts = np.arange(0, 8, bits, dtype=np.uint8)
+    values = (packed[..., None] >> shifts) & np.uint8((1 << bits) - 1)
+    return values.reshape(packed.shape[:-1] + (packed.shape[-1] * (8 // bits),))
+
+
+def _check_bits(bits: int) -> int:
+    if bits not in (2, 4, 8):
+        raise ValueError(f"bits must be 2, 4 or 8, got {bits}")
+    return bits
+
+
+def _check_block_size(block_size: int, allow_zero: bool = False) -> int:
+    if allow_zero and block_size == 0:
+        return 0
+    if block_size < 16 or block_size & (block_size - 1):
+        raise ValueError(f"block_size must be a power of 2 and >= 16, got {block_size}")
+    return block_size
+
+
+def _float_input(x: np.ndarray, what: str) -> None:
+    if x.dtype not in _FLOATS:
+        raise InvalidValueError(f"{what} must be float, float16 or bfloat16, got {x.dtype}")
+
+
+# -- MatMulNBits ----------------------------------------------------------------------------------
+
+@kernel("MatMulNBits", since=1, domain=MS)
+def matmul_nbits_1(*, K, N, block_size, bits=4, accuracy_level=0, weight_prepacked=0):
+    """accuracy_level only allows onnxruntime to compute with less precision; this runtime always
+    multiplies in float32 (float16/bfloat16 A: rounded back once), which every level accepts."""
+    bits, bs = _check_bits(bits), _check_block_size(block_size)
+    if K <= 0 or N <= 0:
+        raise ValueError(f"K and N must be positive, got K={K}, N={N}")
+    if weight_prepacked:
+        raise ValueError(f"weight_prepacked={weight_prepacked} (an execution-provider layout) is not supported")
+    if accuracy_level not in range(5):
+        raise ValueError(f"accuracy_level must be 0..4, got {accuracy_level}")
+    n_blocks = -(-K // bs)
+    blob = bs * bits // 8
+    zp_bytes = -(-n_blocks * bits // 8)
+
+    def dequantize(b, scales, zero_points, g_idx):
+        """W^T as a contiguous float32 [K, N]."""
+        if b.dtype != _U8 or b.size != N * n_blocks * blob:
+            raise InvalidValueError(f"B must be uint8 of shape [N={N}, k_blocks={n_blocks}, blob_size={blob}], "
+                                    f"got {b.dtype} {list(b.shape)}")
+        if scales.size != N * n_blocks:
+            raise InvalidValueError(f"scales must have shape [N={N}, k_blocks={n_blocks}], got {list(scales.shape)}")
+        q = unpack_bits(b.reshape(N, n_blocks * blob), bits)[:, :K].astype(_F32)
+        if g_idx is None:
+            block = np.arange(K) // bs
+        else:
+            if g_idx.size != K or g_idx.dtype.kind not in "iu":
+                raise InvalidValueError(f"g_idx must hold K={K} integers, got {g_idx.dtype} {list(g_idx.shape)}")
+            block = g_idx.reshape(-1).astype(np.int64)
+            if K and (block.min() < 0 or block.max() >= n_blocks):
+                raise InvalidValueError(f"g_idx values must lie in [0, {n_blocks - 1}]")
+        if zero_points is None:
+            zp = np.float32(1 << (bits - 1))
+        elif zero_points.dtype == _U8:
+            if zero_points.size != N * zp_bytes:
+                raise InvalidValueError(f"packed uint8 zero_points must have shape [N={N}, {zp_bytes}], "
+                                        f"got {list(zero_points.shape)}")
+            zp = unpack_bits(zero_points.reshape(N, zp_bytes), bits)[:, :n_blocks].astype(_F32)[:, block]
+        else:
+            if zero_points.size != N * n_blocks or zero_points.dtype not in _FLOATS:
+                raise InvalidValueError(f"float zero_points must have shape [N={N}, k_blocks={n_blocks}], got "
+                                        f"{zero_points.dtype} {list(zero_points.shape)}")
+            zp = zero_points.reshape(N, n_blocks).astype(_F32)[:, block]
+        q -= zp
+        q *= scales.reshape(N, n_blocks).astype(_F32)[:, block]
+        return np.ascontiguousarray(q.T)
+
+    weights = _Memo(dequantize)
+
+    def run(a, b, scales, zero_points=None, g_idx=None, bias=None):
+        _float_input(a, "A")
+        if a.ndim == 0 or a.shape[-1] != K:
+            raise InvalidValueError(f"A of shape {list(a.shape)} must end with K={K}")
+        w = weights(b, scales, zero_points, g_idx)
+        y = as_array(np.matmul(a.astype(_F32, copy=False), w))
+        if bias is not None:
+            if bias.size != N:
+                raise InvalidValueError(f"bias must have N={N} values, got shape {list(bias.shape)}")
+            y += bias.reshape(N).astype(_F32)
+        return y.astype(a.dtype, copy=False)
+    return run
+
+
+# -- GatherBlockQuantized -------------------------------------------------------------------------
+
+_GBQ_INTS = frozenset(np.dtype(t) for t in (ml_dtypes.int4, ml_dtypes.uint4, np.uint8))
+_GBQ_FLOATS = frozenset(FLOAT8_MAX) - {np.dtype(ml_dtypes.float8_e8m0fnu)}
+
+
+@kernel("GatherBlockQuantized", since=1, domain=MS)
+def gather_block_quantized_1(*, bits=4, block_size=128, gather_axis=0, quantize_axis=1):
+    bits, block_size = _check_bits(bits), _check_block_size(block_size, allow_zero=True)
+
+    def run(data, indices, scales, zero_points=None):
+        dt = data.dtype
+        is_float = dt in _GBQ_FLOATS
+        if not is_float and dt not in _GBQ_INTS:
+            raise InvalidValueError(f"data has type {dt}; GatherBlockQuantized takes int4, uint4, uint8, "
+                                    f"float8 or float4e2m1")
+        _float_input(scales, "scales")
+        if indices.dtype not in (np.int32, np.int64):
+            raise InvalidValueError(f"indices must be int32 or int64, got {indices.dtype}")
+        r = data.ndim
+        if r < 1:
+            raise InvalidValueError("data must have rank >= 1")
+        packed = dt == _U8 and bits < 8
+        per_byte = 8 // bits if packed else 1
+        shape = data.shape[:-1] + (data.shape[-1] * per_byte,)
+        g = normalize_axis(gather_axis, r, "gather_axis")
+        qa = normalize_axis(quantize_axis, r, "quantize_axis")
+        if dt == _U8 and g != 0:
+            raise InvalidValueError(f"uint8 data can only be gathered on axis 0, got gather_axis={gather_axis}")
+        if is_float and zero_points is not None:
+            raise InvalidValueError("zero_points must not be given for float8/float4 data")
+        if block_size == 0 and not is_float:
+            raise InvalidValueError("block_size=0 is only valid for float8/float4 data")
+        d = shape[qa]
+        bs = block_size or max(d, 1)
+        expected = tuple(-(-n // bs) if i == qa else n for i, n in enumerate(shape))
+        if scales.ndim != r or any(s != e and not (is_float and s == 1 and i != qa)
+                                   for i, (s, e) in enumerate(zip(scales.shape, expected))):
+            raise InvalidValueError(f"scales of shape {list(scales.shape)} do not match data of shape {list(shape)} "
+                                    f"with block_size={bs} on axis {qa} (expected {list(expected)})")
+        zp = zero_points
+        if zp is not None:
+            if zp.dtype != dt:
+                raise InvalidValueError(f"zero_points ({zp.dtype}) must have the type of data ({dt})")
+            zshape = zp.shape[:-1] + (zp.shape[-1] * per_byte,) if zp.ndim else zp.shape
+            if zp.ndim != r or zshape[:-1] != scales.shape[:-1] or not \
+                    scales.shape[-1] <= zshape[-1] < scales.shape[-1] + per_byte:
+                raise InvalidValueError(f"zero_points of shape {list(zp.shape)} do not match scales "
+                                        f"{list(scales.shape)}" + (f" ({per_byte} values per byte)" if packed else ""))
+        if packed and zp is not None:          # the zero points are small: unpack them whole
+            zp = unpack_bits(zp, bits)[..., :scales.shape[-1]]
+        if packed and g == r - 1:              # gathering along the packed axis (rank 1): unpack first
+            data, packed = unpack_bits(data, bits), False
+        s = shape[g]
+        idx = indices.reshape(-1).astype(np.int64)
+        valid = (idx >= -s) & (idx < s)
+        idx = np.where(valid, np.where(idx < 0, idx + s, idx), 0)
+        out_shape = shape[:g] + indices.shape + shape[g + 1:]
+        if s == 0:
+            return np.zeros(out_shape, scales.dtype)
+        rows = np.take(data, idx, axis=g)
+        if packed:
+            rows = unpack_bits(rows, bits)
+        if qa == g:                            # one block per gathered index
+            sc = np.take(scales, idx // bs, axis=g)
+            z = None if zp is None else np.take(zp, idx // bs, axis=g)
+        else:                                  # the gathered rows' blocks, repeated along quantize_axis
+            crop = (slice(None),) * qa + (slice(0, d),)
+            sc = np.take(scales, idx, axis=g) if scales.shape[g] != 1 else scales
+            if sc.shape[qa] != 1 or d == 1:
+                sc = np.repeat(sc, bs, axis=qa)[crop]
+            z = None if zp is None else np.repeat(np.take(zp, idx, axis=g), bs, axis=qa)[crop]
+        y = rows.astype(_F32)
+        if not is_float:
+            y -= z.astype(_F32) if z is not None else np.float32(1 << (bits - 1) if dt == _U8 else 0)
+        y *= sc.astype(_F32)
+        if not valid.all():
+            y[(slice(None),) * g + (~valid,)] = 0
+        return y.astype(scales.dtype, copy=False).reshape(out_shape)
+    return run
+
+
+# -- MatMulIntegerToFloat, DynamicQuantizeMatMul --------------------------------------------------
+
+def _scalar(p: np.ndarray, what: str) -> np.ndarray:
+    if p.size != 1:
+        raise InvalidValueError(f"{what} must be a scalar (per-tensor), got shape {list(p.shape)}")
+    return p.reshape(())
+
+
+def _integer_to_float(a, b, a_scale, b_scale, a_zp, b_zp, bias, out_dtype):
+    """(a - a_zp) @ (b - b_zp) * a_scale * b_scale (+ bias): a per tensor, b per tensor or per column."""
+    for x, what in ((a, "A"), (b, "B")):
+        if x.dtype not in _INT8S:
+            raise InvalidValueError(f"{what} must be int8 or uint8, got {x.dtype}")
+    for zp, x, what in ((a_zp, a, "a_zero_point"), (b_zp, b, "b_zero_point")):
+        if zp is not None and zp.dtype != x.dtype:
+            raise InvalidValueError(f"{what} ({zp.dtype}) must have the type of its operand ({x.dtype})")
+    a_zp = None if a_zp is None else _scalar(a_zp, "a_zero_point")
+    b_zp = None if b_zp is None else _per_col(b_zp, b, "b_zero_point")
+    scale = _scalar(a_scale, "a_scale").astype(_F32) * _per_col(b_scale, b, "b_scale").astype(_F32)
+    y = as_array(_int_product(a, b, a_zp, b_zp, "matrix product")).astype(_F32, copy=False)
+    y *= scale
+    if bias is not None:
+        if bias.ndim != 1 or bias.shape[0] != y.shape[-1]:
+            raise InvalidValueError(f"bias of shape {list(bias.shape)} must be 1-D of B's last dimension "
+                                    f"{y.shape[-1]}")
+        y += bias.astype(_F32)
+    return y.astype(out_dtype, copy=False)
+
+
+@kernel("MatMulIntegerToFloat", since=1, domain=MS)
+def matmul_integer_to_float_1():
+    def run(a, b, a_scale, b_scale, a_zero_point=None, b_zero_point=None, bias=None):
+        if a_scale.dtype not in (np.float32, np.float16) or b_scale.dtype != a_scale.dtype:
+            raise InvalidValueError(f"a_scale and b_scale must both be float or float16, got {a_scale.dtype} "
+                                    f"and {b_scale.dtype}")
+        return _integer_to_float(a, b, a_scale, b_scale, a_zero_point, b_zero_point, bias, a_scale.dtype)
+    return run
+
+
+@kernel("DynamicQuantizeMatMul", since=1, domain=MS)
+def dynamic_quantize_matmul_1():
+    quantize = dynamic_quantize_linear_11()   # A -> uint8, its scale and zero point (DynamicQuantizeLinear)
+
+    def run(a, b, b_scale, b_zero_point=None, bias=None):
+        if a.dtype != _F32 or b_scale.dtype != _F32:
+            raise InvalidValueError(f"A and b_scale must be float, got {a.dtype} and {b_scale.dtype}")
+        aq, a_scale, a_zp = quantize(a)
+        return _integer_to_float(aq, b, a_scale, b_scale, a_zp, b_zero_point, bias, _F32)
+    return run
+
+
+# -- QGemm ----------------------------------------------------------------------------------------
+
+@kernel("QGemm", since=1, domain=MS)
+def qgemm_1(*, alpha=1.0, transA=0, transB=0):
+    alpha = np.float32(alpha)
+
+    def run(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c=None, y_scale=None, y_zero_point=None):
+        if a.ndim != 2 or b.ndim != 2:
+            raise InvalidValueError(f"A and B must be 2-D, got shapes {list(a.shape)} and {list(b.shape)}")
+        a2 = a.T if transA else a
+        b2 = b.T if transB else b
+        if a2.shape[1] != b2.shape[0]:
+            raise InvalidValueError(f"A {list(a.shape)} (transA={transA}) and B {list(b.shape)} (transB={transB}) "
+                                    f"do not multiply")
+        y = _integer_to_float(a2, b2, a_scale, b_scale, a_zero_point, b_zero_point, None, _F32)
+        if c is not None:   # int32, quantized with scale alpha * a_scale * b_scale and zero point 0
+            if c.dtype != np.int32:
+                raise InvalidValueError(f"C must be int32, got {c.dtype}")
+            if c.ndim > 2 or any(n not in (1, m) for n, m in zip(c.shape[::-1], y.shape[::-1])):
+                raise InvalidValueError(f"C of shape {list(c.shape)} does not broadcast to {list(y.shape)}")
+            y += c.astype(_F32) * (_scalar(a_scale, "a_scale").astype(_F32)
+                                   * _per_col(b_scale, b2, "b_scale").astype(_F32))
+        if alpha != 1:
+            y *= alpha
+        if y_scale is None:
+            if y_zero_point is not None:
+                raise InvalidValueError("y_zero_point is given without y_scale")
+            return y
+        dt = _U8 if y_zero_point is None else y_zero_point.dtype
+        if dt not in _INT8S:
+            raise InvalidValueError(f"y_zero_point must be int8 or uint8, got {dt}")
+        zp = None if y_zero_point is None else _scalar(y_zero_point, "y_zero_point")
+        return quantize_array(y / _scalar(y_scale, "y_scale").astype(_F32), dt, zp)
+    return run
+
+
+# -- DynamicQuantizeLSTM --------------------------------------------------------------------------
+
+def _dequantize_gates(w, scale, zp, what: str) -> np.ndarray:
+    """[D, rows, 4H] int8/uint8 with a scale/zero point per direction ([D]) or per gate column ([D, 4H])
+    -> float32 [D, 4H, rows] (the ONNX LSTM layout)."""
+    if w.dtype not in _INT8S or w.ndim != 3:
+        raise InvalidValueError(f"{what} must be a 3-D int8/uint8 tensor, got {w.dtype} {list(w.shape)}")
+    if zp.dtype != w.dtype:
+        raise InvalidValueError(f"{what}_zero_point ({zp.dtype}) must have {what}'s type ({w.dtype})")
+    d, g = w.shape[0], w.shape[2]
+    if scale.shape not in ((d,), (d, g)) or zp.shape != scale.shape:
+        raise InvalidValueError(f"{what}_scale {list(scale.shape)} and {what}_zero_point {list(zp.shape)} must "
+                                f"both be [{d}] or [{d}, {g}]")
+    shape = (d, 1, 1) if scale.ndim == 1 else (d, 1, g)
+    wf = w.astype(_F32) - zp.reshape(shape).astype(_F32)
+    wf *= scale.reshape(shape).astype(_F32)
+    return np.ascontiguousarray(wf.transpose(0, 2, 1))
+
+
+@kernel("DynamicQuantizeLSTM", since=1, domain=MS, multi_output=True)
+def dynamic_quantize_lstm_1(*, activation_alpha=None, activation_beta=None, activations=None, clip=None,
+                            direction="forward", hidden_size=None, input_forget=0, _n_outputs=3):
+    lstm = lstm_14(activation_alpha=activation_alpha, activation_beta=activation_beta, activations=activations,
+                   clip=clip, direction=direction, hidden_size=hidden_size, input_forget=input_forget,
+                   _n_outputs=_n_outputs)
+    w_memo, r_memo = _Memo(lambda *a: _dequantize_gates(*a, "W")), _Memo(lambda *a: _dequantize_gates(*a, "R"))
+
+    def run(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None, w_scale=None,
+            w_zero_point=None, r_scale=None, r_zero_point=None):
+        if any(v is None for v in (w_scale, w_zero_point, r_scale, r_zero_point)):
+            raise InvalidValueError("W_scale, W_zero_point, R_scale and R_zero_point are required")
+        if x.dtype != _F32:
+            raise InvalidValueError(f"X must be float, got {x.dtype}")
+        if w.dtype != r.dtype:
+            raise InvalidValueError(f"W ({w.dtype}) and R ({r.dtype}) must have the same type")
+        return lstm(x, w_memo(w, w_scale, w_zero_point), r_memo(r, r_scale, r_zero_point), b, sequence_lens,
+                    initial_h, initial_c, p)
+    return run
+
+
+# -- QAttention -----------------------------------------------------------------------------------
+
+def _attention_mask(mask_index, batch: int, total: int) -> np.ndarray | None:
+    """True where a key position is masked out: [B, 1, 1|S, total]. mask_index is (batch_size) valid
+    lengths (right padding), (2 * batch_size) end/start positions (left padding), or a raw 0/1 mask
+    (batch_size, total) / (batch_size, S, total)."""
+    if mask_index is None:
+        return None
+    if mask_index.dtype != np.int32:
+        raise InvalidValueError(f"mask_index must be int32, got {mask_index.dtype}")
+    pos = np.arange(total)
+    if mask_index.shape == (batch,):
+        return (pos[None, :] >= mask_index[:, None])[:, None, None, :]
+    if mask_index.shape == (2 * batch,):
+        end, start = mask_index[:batch, None], mask_index[batch:, None]
+        return ((pos[None, :] >= end) | (pos[None, :] < start))[:, None, None, :]
+    if mask_index.ndim == 2 and mask_index.shape == (batch, total):
+        return (mask_index == 0)[:, None, None, :]
+    if mask_index.ndim == 3 and mask_index.shape[0] == batch and mask_index.shape[2] == total:
+        return (mask_index == 0)[:, None, :, :]
+    raise InvalidValueError(f"mask_index of shape {list(mask_index.shape)} is none of (batch_size), "
+                            f"(2 * batch_size), (batch_size, {total}), (batch_size, sequence_length, {total})")
+
+
+@kernel("QAttention", since=1, domain=MS, multi_output=True)
+def qattention_1(*, num_heads, do_rotary=0, mask_filter_value=-10000.0, past_present_share_buffer=0, scale=None,
+                 unidirectional=0, _n_outputs=1):
+    if num_heads <= 0:
+        raise ValueError(f"num_heads must be positive, got {num_heads}")
+    if do_rotary or past_present_share_buffer:
+        raise ValueError("do_rotary and past_present_share_buffer are not supported")
+    filler = np.float32(mask_filter_value)
+
+    def run(x, weight, bias, input_scale, weight_scale, mask_index=None, input_zero_point=None,
+            weight_zero_point=None, past=None):
+        if x.ndim != 3 or weight.ndim != 2 or weight.shape[0] != x.shape[2] or weight.shape[1] % 3:
+            raise InvalidValueError(f"input {list(x.shape)} must be (batch, sequence, input_hidden) and weight "
+                                    f"{list(weight.shape)} (input_hidden, 3 * hidden)")
+        hidden = weight.shape[1] // 3
+        if hidden % num_heads:
+            raise InvalidValueError(f"hidden size {hidden} is not a multiple of num_heads={num_heads}")
+        out_dtype = input_scale.dtype
+        if out_dtype not in (np.float32, np.float16) or bias.dtype != out_dtype:
+            raise InvalidValueError(f"bias ({bias.dtype}) and input_scale ({out_dtype}) must be float or float16")
+        qkv = _integer_to_float(x, weight, input_scale, weight_scale, input_zero_point, weight_zero_point, bias, _F32)
+        b, s, hs = x.shape[0], x.shape[1], hidden // num_heads
+        q, k, v = (qkv[..., i * hidden:(i + 1) * hidden].reshape(b, s, num_heads, hs).transpose(0, 2, 1, 3)
+                   for i in range(3))
+        if past is not None:
+            if past.ndim != 5 or past.shape[:3] != (2, b, num_heads) or past.shape[4] != hs:
+                raise InvalidValueError(f"past of shape {list(past.shape)} must be (2, {b}, {num_heads}, "
+                                        f"past_sequence_length, {hs})")
+            k = np.concatenate([past[0].astype(_F32), k], axis=2)
+            v = np.concatenate([past[1].astype(_F32), v], axis=2)
+        total = k.shape[2]
+        scores = np.matmul(q, k.transpose(0, 1, 3, 2)) * np.float32(scale if scale is not None else 1 / np.sqrt(hs))
+        masked = _attention_mask(mask_index, b, total)
+        if unidirectional:
+            causal = np.arange(total)[None, :] > (np.arange(s) + total - s)[:, None]
+            masked = causal if masked is None else masked | causal
+        if masked is not None:
+            scores = np.where(masked, filler, scores)
+        scores -= scores.max(axis=-1, keepdims=True)
+        p = np.exp(scores)
+        p /= p.sum(axis=-1, keepdims=True)
+        out = np.matmul(p, v).transpose(0, 2, 1, 3).reshape(b, s, hidden).astype(out_dtype)
+        if _n_outputs < 2:
+            return (out,)
+        return out, np.stack([k, v]).astype(out_dtype)
+    return run

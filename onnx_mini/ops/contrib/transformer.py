@@ -1,0 +1,887 @@
+"""com.microsoft transformer operators (version 1 each), as onnxruntime's transformer optimizer and
+model builder write them: Attention, MultiHeadAttention, GroupQueryAttention, RotaryEmbedding,
+SkipLayerNormalization, SkipSimplifiedLayerNormalization, EmbedLayerNormalization.
+
+Attention layout: Q, K, V are viewed as (batch, heads, seq, head_size); grouped-query attention views
+Q as (batch, kv_heads, group, seq, head_size) against K/V of (batch, kv_heads, 1, ...), so K/V are
+never repeated per query head. Scores are Q K^T * scale (default 1/sqrt(head_size)) plus an additive
+bias; softmax over the keys; output = probabilities @ V, back to (batch, seq, heads * head_size).
+
+Masks (Attention's mask_index, MultiHeadAttention's key_padding_mask) are additive: a masked key gets
+mask_filter_value (default -10000) added, never -inf, as onnxruntime does. The forms: 1-D (batch)
+valid lengths (right padding), 1-D (2 * batch) exclusive ends then inclusive starts (left padding),
+2-D (batch, total), 3-D (batch, seq, total) and 4-D (batch, 1, max, max) raw masks (0 = masked; the
+4-D one is read at rows [past, past + seq) and columns [0, total)). The causal mask of
+`unidirectional` adds -10000 (onnxruntime does not use mask_filter_value there). The (3 * batch + 2)
+form is onnxruntime's GPU-only layout and is refused with a clear error.
+
+GroupQueryAttention follows onnxruntime's KV-cache contract: seqlens_k[b] + 1 is batch b's total
+length; in the first prompt (total_sequence_length == sequence_length) every batch starts at
+position 0 (and reads only position_ids' first element, as documented), otherwise at
+past_b = seqlens_k[b] + 1 - sequence_length. present_key/value have
+max(past length, total_sequence_length) rows: the past rows [0, past_b), then the new ones; the rest
+is zero. Key j is visible to query i (position p = past_b + i) when j < seqlens_k[b] + 1, j <= p
+(causal) and j > p - local_window_size (local attention). Masked keys there are -inf (excluded).
+Also: packed QKV input, rotary (do_rotary with cos/sin caches, at the new tokens' positions or
+position_ids), per-head RMS norm of Q and K (q_norm_weight / k_norm_weight, before the rotary),
+softcap, attention_bias, a per-head sink logit in the softmax denominator (head_sink; smooth_softmax
+is a zero sink) and output_qk (qk_output 1: scores before softmax, 0 where hidden; 2: probabilities).
+
+Attention's do_rotary (no caches) uses angles position / 10000^(2j / rotary_dim) on half-split features
+(GPT-NeoX style, as onnxruntime's GPU kernel; its CPU kernel refuses do_rotary).
+
+GroupQueryAttention's quantized KV cache (k/v_quant_type PER_TENSOR or PER_CHANNEL with k/v_scale):
+the new keys/values are quantized into the cache (int8: round(x / scale) saturated; 4 bits: two
+values per uint8, low nibble first, saturated to [-8, 7] and stored + 8; float8e4m3fn: x / scale),
+and the attention reads the dequantized cache, as onnxruntime's CPU kernel does.
+
+sliding_window_cache=1 follows the documented window-sized cache: with capacity C (past rows) and
+W = local_window_size, a batch with T positions keeps L(T) = T (T <= C), else T - G * ceil((T - C) / G)
+with G = C - W + 1, the newest first-to-last in rows [0, L(T)); the attention reads the resident past
+rows and the new ones (attention_bias columns stay absolute positions); present rows past L(T) are 0.
+
+Not supported (refused with a clear error, never silently wrong): output_qk together with
+sliding_window_cache; MultiHeadAttention's cache_indirection (beam search) and the (3 * batch + 2)
+mask layout.
+
+float16 / bfloat16 compute in float32 and round each output once.
+"""
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+
+from ...errors import InvalidValueError
+from ...registry import kernel
+from .._common import UPCAST
+from ..nn.attention import _softmax, rotary_embedding_23
+from ..nn.normalization import _moments
+from ..nn._common import text
+
+MS = "com.microsoft"
+F32 = np.dtype(np.float32)
+_CAUSAL_FILL = -10000.0
+
+
+def _ct(dt: np.dtype) -> np.dtype:
+    return np.dtype(np.float64) if dt == np.float64 else F32
+
+
+def _f(x, ct):
+    return None if x is None else (x if x.dtype == ct else x.astype(ct))
+
+
+def _float_input(x: np.ndarray, what: str) -> None:
+    if x.dtype.kind != "f" and x.dtype not in UPCAST:
+        raise InvalidValueError(f"{what} must be a float tensor, got {x.dtype}")
+
+
+def _heads(x: np.ndarray, n: int, what: str) -> np.ndarray:
+    """(batch, seq, n * size) -> the (batch, n, seq, size) view."""
+    if x.ndim != 3:
+        raise InvalidValueError(f"{what} must be 3-D (batch, sequence, hidden), got shape {list(x.shape)}")
+    b, s, hidden = x.shape
+    if hidden % n:
+        raise InvalidValueError(f"{what} hidden size {hidden} is not a multiple of the {n} heads")
+    return x.reshape(b, s, n, hidden // n).transpose(0, 2, 1, 3)
+
+
+def _merge(y: np.ndarray) -> np.ndarray:
+    """(batch, heads, seq, size) -> (batch, seq, heads * size)."""
+    b, n, s, d = y.shape
+    return y.transpose(0, 2, 1, 3).reshape(b, s, n * d)
+
+
+def _scores(q: np.ndarray, k: np.ndarray, scale: float) -> np.ndarray:
+    """Q K^T * scale as a fresh (batch, heads, seq, total) array; K may have fewer (kv) heads."""
+    b, n, s, d = q.shape
+    nk, t = k.shape[1], k.shape[2]
+    if nk == 0 or n % nk or k.shape[0] != b or k.shape[3] != d:
+        raise InvalidValueError(f"query {list(q.shape)} and key {list(k.shape)} (batch, heads, seq, head_size) do "
+                                "not agree on batch, head size or head grouping")
+    qs = q * q.dtype.type(scale)
+    return np.matmul(qs.reshape(b, nk, n // nk, s, d), k[:, :, None].swapaxes(-1, -2)).reshape(b, n, s, t)
+
+
+def _mix(probs: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """probabilities (batch, heads, seq, total) @ V (batch, kv_heads, total, v_size)."""
+    b, n, s, t = probs.shape
+    nk = v.shape[1]
+    if v.shape[0] != b or v.shape[2] != t or n % nk:
+        raise InvalidValueError(f"value {list(v.shape)} does not match the keys (batch {b}, {t} positions) or "
+                                f"the head grouping ({n} query heads)")
+    return np.matmul(probs.reshape(b, nk, n // nk, s, t), v[:, :, None]).reshape(b, n, s, v.shape[3])
+
+
+def _check_bias(bias: np.ndarray, shape: tuple, what: str) -> None:
+    try:
+        ok = bias.ndim == 4 and np.broadcast_shapes(bias.shape, shape) == shape
+    except ValueError:
+        ok = False
+    if not ok:
+        raise InvalidValueError(f"{what} of shape {list(bias.shape)} must be (batch or 1, heads or 1, sequence, "
+                                f"total_sequence) = {list(shape)}")
+
+
+def _mask_bias(mask: np.ndarray, b: int, s: int, t: int, past: int, fill: float, ct, what: str) -> np.ndarray:
+    """The additive bias (broadcastable to (batch, 1, seq, total)) of a mask_index / key_padding_mask."""
+    fill = ct.type(fill)
+    cols = np.arange(t)
+    if mask.ndim == 1:
+        n = mask.shape[0]
+        if n == b:                                   # valid lengths (right padding)
+            masked = cols >= mask.astype(np.int64)[:, None]
+        elif n == 2 * b:                             # exclusive ends, then inclusive starts (left padding)
+            m = mask.astype(np.int64)
+            masked = (cols >= m[:b, None]) | (cols < m[b:, None])
+        elif n == 3 * b + 2:
+            raise InvalidValueError(f"{what} of shape [3 * batch + 2] (onnxruntime's GPU layout) is not supported")
+        else:
+            raise InvalidValueError(f"{what} 1-D must have batch ({b}) or 2 * batch ({2 * b}) values, got {n}")
+        return np.where(masked, fill, ct.type(0)).reshape(b, 1, 1, t)
+    if mask.ndim == 2:
+        if mask.shape != (b, t):
+            raise InvalidValueError(f"{what} 2-D must have shape (batch, total_sequence) = {[b, t]}, "
+                                    f"got {list(mask.shape)}")
+        raw = mask.reshape(b, 1, 1, t)
+    elif mask.ndim == 3:
+        if mask.shape != (b, s, t):
+            raise InvalidValueError(f"{what} 3-D must have shape (batch, sequence, total_sequence) = {[b, s, t]}, "
+                                    f"got {list(mask.shape)}")
+        raw = mask.reshape(b, 1, s, t)
+    elif mask.ndim == 4:
+        if mask.shape[:2] != (b, 1) or mask.shape[2] < past + s or mask.shape[3] < t:
+            raise InvalidValueError(f"{what} 4-D must have shape (batch, 1, max_sequence, max_sequence) with "
+                                    f"max_sequence >= {max(past + s, t)}, got {list(mask.shape)}")
+        raw = mask[:, :, past:past + s, :t]
+    else:
+        raise InvalidValueError(f"{what} must have rank 1 to 4, got shape {list(mask.shape)}")
+    return np.where(raw == 0, fill, ct.type(0))
+
+
+def _causal_bias(s: int, t: int, past: int, ct) -> np.ndarray:
+    """-10000 where key j is after query i's position past + i, as (seq, total)."""
+    return np.where(np.arange(t)[None, :] > np.arange(s)[:, None] + past, ct.type(_CAUSAL_FILL), ct.type(0))
+
+
+def _add(acc, x):
+    return x if acc is None else acc + x
+
+
+def _masked_attention(q, k, v, ct, scale: float, mask, mask_what: str, n_past: int, fill: float, causal,
+                      attention_bias, keep_scores: bool = False):
+    """softmax(Q K^T * scale + mask bias + causal bias + attention_bias) V, merged to (batch, seq,
+    heads * v_size); also the scores fed to softmax when keep_scores (else None)."""
+    b, n, s, _ = q.shape
+    t = k.shape[2]
+    bias_sum = None
+    if mask is not None:
+        bias_sum = _mask_bias(mask, b, s, t, n_past, fill, ct, mask_what)
+    if causal:
+        bias_sum = _add(bias_sum, _causal_bias(s, t, n_past, ct))
+    if attention_bias is not None:
+        _check_bias(attention_bias, (b, n, s, t), "attention_bias")
+        bias_sum = _add(bias_sum, _f(attention_bias, ct))
+    scores = _scores(q, k, scale)
+    if bias_sum is not None:
+        scores += bias_sum
+    kept = scores.copy() if keep_scores else None
+    return _merge(_mix(_softmax(scores, None, ct), v)), kept
+
+
+def _scale(scale, head_size: int) -> float:
+    return 1.0 / math.sqrt(head_size) if scale is None else float(scale)
+
+
+def _write_rows(buffer: np.ndarray, new: np.ndarray, start) -> np.ndarray:
+    """A copy of buffer (batch, heads, rows, size) with new (batch, heads, n, size) written at rows
+    [start_b, start_b + n) of each batch b (start: an int or one per batch)."""
+    out = buffer.copy()
+    b, _, n, _ = new.shape
+    rows = np.asarray(start, dtype=np.int64).reshape(-1, 1) + np.arange(n)
+    if rows.size and (rows.min() < 0 or rows.max() >= buffer.shape[2]):
+        raise InvalidValueError(f"the cache of {buffer.shape[2]} rows has no room for {n} new positions "
+                                f"from position {int(rows.min())}")
+    out.transpose(0, 2, 1, 3)[np.arange(b)[:, None], np.broadcast_to(rows, (b, n))] = new.transpose(0, 2, 1, 3)
+    return out
+
+
+def _rotary(interleaved: int, rotary_dim: int, cache: dict):
+    """The standard RotaryEmbedding-23 function for (batch, heads, seq, size) inputs and per-position
+    caches (batch, seq, rotary_dim / 2), one per rotary_dim."""
+    if rotary_dim not in cache:
+        cache[rotary_dim] = rotary_embedding_23(interleaved=interleaved, rotary_embedding_dim=rotary_dim)
+    return cache[rotary_dim]
+
+
+def _gather_cache(cache: np.ndarray, pos: np.ndarray, what: str) -> np.ndarray:
+    if cache.ndim != 2:
+        raise InvalidValueError(f"{what} must be 2-D (max_sequence, rotary_dim / 2), got {list(cache.shape)}")
+    if pos.size and (pos.min() < 0 or pos.max() >= cache.shape[0]):
+        raise InvalidValueError(f"positions up to {int(pos.max())} exceed the {cache.shape[0]} rows of {what}")
+    return cache[pos]
+
+
+# -- Attention -------------------------------------------------------------------------------------
+
+@kernel("Attention", since=1, domain=MS, multi_output=True)
+def attention_1(*, num_heads, do_rotary=0, mask_filter_value=-10000.0, past_present_share_buffer=0,
+                qkv_hidden_sizes=None, rotary_embedding_dim=0, scale=None, unidirectional=0, _n_outputs=1):
+    """input (batch, seq, in_hidden) @ weights (in_hidden, H + H + Hv) + bias -> Q, K, V; past
+    (2, batch, heads, past, head_size) is prepended to K and V and present returns them. With
+    past_present_share_buffer, past/present are (2, batch, heads, max_sequence, head_size) buffers and
+    past_sequence_length says how many rows of past are valid (the new rows are written after them).
+    do_rotary rotates Q and K at their positions past + i with angles position / 10000^(2j / rotary_dim),
+    the first half of the rotary features paired with the second (GPT-NeoX style, as onnxruntime's
+    GPU kernel; its CPU kernel refuses do_rotary)."""
+    if num_heads <= 0:
+        raise ValueError(f"num_heads must be positive, got {num_heads}")
+    sizes = None if not qkv_hidden_sizes else [int(v) for v in qkv_hidden_sizes]
+    if sizes is not None and (len(sizes) != 3 or sizes[0] != sizes[1] or min(sizes) <= 0
+                              or any(v % num_heads for v in sizes)):
+        raise ValueError(f"qkv_hidden_sizes must be 3 positive multiples of num_heads ({num_heads}) with equal Q "
+                         f"and K sizes, got {sizes}")
+    fill = float(mask_filter_value)
+    rot_cache: dict = {}
+
+    def run(input, weights, bias=None, mask_index=None, past=None, attention_bias=None, past_sequence_length=None):
+        dt = input.dtype
+        _float_input(input, "input")
+        if weights.dtype != dt or (bias is not None and bias.dtype != dt):
+            raise InvalidValueError(f"input ({dt}), weights ({weights.dtype}) and bias must have one type")
+        if input.ndim != 3 or weights.ndim != 2 or weights.shape[0] != input.shape[2]:
+            raise InvalidValueError(f"input must be (batch, seq, in_hidden) and weights (in_hidden, 3 * hidden), "
+                                    f"got {list(input.shape)} and {list(weights.shape)}")
+        total_w = weights.shape[1]
+        hq, hk, hv = sizes if sizes is not None else (total_w // 3,) * 3
+        if hq + hk + hv != total_w or (sizes is None and (total_w % 3 or hq % num_heads)):
+            raise InvalidValueError(f"weights' {total_w} columns do not split into Q, K, V hidden sizes "
+                                    f"{[hq, hk, hv]} for {num_heads} heads")
+        if bias is not None and bias.shape != (total_w,):
+            raise InvalidValueError(f"bias must have shape [{total_w}], got {list(bias.shape)}")
+        ct = _ct(dt)
+        qkv = np.matmul(_f(input, ct), _f(weights, ct))
+        if bias is not None:
+            qkv += _f(bias, ct)
+        b, s, _ = input.shape
+        q = _heads(qkv[..., :hq], num_heads, "Q")
+        k = _heads(qkv[..., hq:hq + hk], num_heads, "K")
+        v = _heads(qkv[..., hq + hk:], num_heads, "V")
+        head = hq // num_heads
+
+        if past is not None:
+            if past.dtype != dt or past.ndim != 5 or past.shape[:3] != (2, b, num_heads) or past.shape[4] != head \
+                    or hk != hv:
+                raise InvalidValueError(f"past must be (2, batch, num_heads, past_sequence, head_size) = "
+                                        f"[2, {b}, {num_heads}, *, {head}] of the input's type with equal K and V "
+                                        f"hidden sizes, got {list(past.shape)} ({past.dtype})")
+        if past_present_share_buffer:
+            if past is None or past_sequence_length is None or past_sequence_length.size != 1:
+                raise InvalidValueError("past_present_share_buffer needs past and a one-element "
+                                        "past_sequence_length")
+            n_past = int(past_sequence_length.reshape(-1)[0])
+        else:
+            n_past = 0 if past is None else past.shape[3]
+
+        if do_rotary:
+            rd = rotary_embedding_dim or head
+            pos = np.arange(n_past, n_past + s)
+            angles = pos[:, None] * (10000.0 ** (-np.arange(0, rd, 2) / rd))[None, :]
+            cos = np.broadcast_to(np.cos(angles).astype(ct), (b, s, rd // 2))
+            sin = np.broadcast_to(np.sin(angles).astype(ct), (b, s, rd // 2))
+            rot = _rotary(0, rd, rot_cache)
+            q, k = rot(q, cos, sin), rot(k, cos, sin)
+
+        present = None
+        if past is not None:
+            if past_present_share_buffer:
+                kp = _write_rows(_f(past[0], ct), k, n_past)
+                vp = _write_rows(_f(past[1], ct), v, n_past)
+                present = np.stack([kp, vp])
+                k, v = kp[:, :, :n_past + s], vp[:, :, :n_past + s]
+            else:
+                k = np.concatenate([_f(past[0], ct), k], axis=2)
+                v = np.concatenate([_f(past[1], ct), v], axis=2)
+        if present is None and _n_outputs > 1:
+            present = np.stack([k, v])
+
+        y, _ = _masked_attention(q, k, v, ct, _scale(scale, head), mask_index, "mask_index", n_past, fill,
+                                 unidirectional, attention_bias)
+        y = y.astype(dt)
+        if _n_outputs == 1:
+            return (y,)
+        return (y, present.astype(dt))
+    return run
+
+
+# -- MultiHeadAttention ----------------------------------------------------------------------------
+
+@kernel("MultiHeadAttention", since=1, domain=MS, multi_output=True)
+def multi_head_attention_1(*, num_heads, mask_filter_value=-10000.0, scale=None, unidirectional=0, _n_outputs=1):
+    """query (batch, seq, hidden) with key/value (batch, kv_seq, hidden) (bias added to each), or packed
+    QKV (batch, seq, heads, 3, size), packed KV (batch, kv_seq, heads, 2, size), or key/value already
+    in (batch, heads, kv_seq, size) (bias added to the query only). past_key/past_value (batch, heads,
+    past, size) are prepended (buffer sharing: past_sequence_length valid rows, new ones written after).
+    Outputs: output, present_key, present_value, qk (the scores fed to softmax, masks included)."""
+    if num_heads <= 0:
+        raise ValueError(f"num_heads must be positive, got {num_heads}")
+    fill = float(mask_filter_value)
+    n = num_heads
+
+    def split_bias(bias, hq, hk, ct):
+        if bias is None:
+            return None, None, None
+        if bias.ndim != 1 or bias.shape[0] < hq + hk:
+            raise InvalidValueError(f"bias must be 1-D (hidden + hidden + v_hidden), got {list(bias.shape)}")
+        bf = _f(bias, ct)
+        return bf[:hq], bf[hq:hq + hk], bf[hq + hk:]
+
+    def run(query, key=None, value=None, bias=None, key_padding_mask=None, attention_bias=None, past_key=None,
+            past_value=None, past_sequence_length=None, cache_indirection=None):
+        dt = query.dtype
+        _float_input(query, "query")
+        for name, x in (("key", key), ("value", value), ("bias", bias), ("past_key", past_key),
+                        ("past_value", past_value), ("attention_bias", attention_bias)):
+            if x is not None and x.dtype != dt:
+                raise InvalidValueError(f"{name} ({x.dtype}) must have the query's type ({dt})")
+        if cache_indirection is not None:
+            raise InvalidValueError("cache_indirection (beam-search KV cache) is not supported")
+        ct = _ct(dt)
+        kv_projected = True
+        if query.ndim == 5:                                           # packed QKV
+            if key is not None or value is not None or query.shape[2:4] != (n, 3):
+                raise InvalidValueError(f"packed QKV must be (batch, seq, {n}, 3, head_size) with no key/value, "
+                                        f"got {list(query.shape)}")
+            qf = _f(query, ct).transpose(3, 0, 2, 1, 4)              # (3, batch, heads, seq, size)
+            q, k, v = qf[0], qf[1], qf[2]
+            head = query.shape[4]
+            bq, bk, bv = split_bias(bias, n * head, n * head, ct)
+            if bias is not None:
+                q, k, v = (x + bb.reshape(n, 1, head) for x, bb in ((q, bq), (k, bk), (v, bv)))
+        else:
+            if query.ndim != 3 or key is None:
+                raise InvalidValueError(f"query must be 3-D (batch, seq, hidden) with a key, or packed QKV "
+                                        f"(batch, seq, heads, 3, head_size); got {list(query.shape)}")
+            hq = query.shape[2]
+            if key.ndim == 5:                                         # packed KV
+                if value is not None or key.shape[2:4] != (n, 2) or key.shape[4] * n != hq:
+                    raise InvalidValueError(f"packed KV must be (batch, kv_seq, {n}, 2, {hq // n}) with no value, "
+                                            f"got {list(key.shape)}")
+                kf = _f(key, ct).transpose(3, 0, 2, 1, 4)
+                k, v = kf[0], kf[1]
+                hk = hv = hq
+            elif key.ndim == 4:                                       # (batch, heads, kv_seq, size)
+                if value is None or value.ndim != 4 or key.shape[1] != n or value.shape[1] != n:
+                    raise InvalidValueError(f"4-D key and value must be (batch, {n}, kv_seq, head_size), got "
+                                            f"{list(key.shape)} and {None if value is None else list(value.shape)}")
+                k, v = _f(key, ct), _f(value, ct)
+                hk, hv = key.shape[3] * n, value.shape[3] * n
+                kv_projected = False
+            else:
+                if value is None or value.ndim != 3:
+                    raise InvalidValueError("3-D key needs a 3-D value (batch, kv_seq, v_hidden)")
+                hk, hv = key.shape[2], value.shape[2]
+                k, v = _heads(_f(key, ct), n, "key"), _heads(_f(value, ct), n, "value")
+            q = _heads(_f(query, ct), n, "query")
+            head = hq // n
+            bq, bk, bv = split_bias(bias, hq, hk, ct)
+            if bias is not None:
+                if bias.shape[0] != hq + hk + hv:
+                    raise InvalidValueError(f"bias must have shape [{hq + hk + hv}], got {list(bias.shape)}")
+                q = q + bq.reshape(n, 1, head)
+                if kv_projected:
+                    k = k + bk.reshape(n, 1, hk // n)
+                    v = v + bv.reshape(n, 1, hv // n)
+        b, _, s, _ = q.shape
+
+        n_past = 0
+        if (past_key is None) != (past_value is None):
+            raise InvalidValueError("past_key and past_value must be given together")
+        if past_key is not None:
+            if past_key.ndim != 4 or past_key.shape[:2] != (b, n) or past_value.shape[:2] != (b, n) \
+                    or past_key.shape[3] != k.shape[3] or past_value.shape[3] != v.shape[3]:
+                raise InvalidValueError(f"past_key {list(past_key.shape)} / past_value {list(past_value.shape)} must "
+                                        f"be (batch, heads, past, head_size) matching key {list(k.shape)}")
+            if past_sequence_length is not None:                      # buffer sharing
+                n_past = int(past_sequence_length.reshape(-1)[0])
+                new = k.shape[2]
+                pk = _write_rows(_f(past_key, ct), k, n_past)
+                pv = _write_rows(_f(past_value, ct), v, n_past)
+                present = (pk, pv)
+                k, v = pk[:, :, :n_past + new], pv[:, :, :n_past + new]
+            else:
+                n_past = past_key.shape[2]
+                k = np.concatenate([_f(past_key, ct), k], axis=2)
+                v = np.concatenate([_f(past_value, ct), v], axis=2)
+                present = (k, v)
+        else:
+            present = (k, v)
+        y, qk = _masked_attention(q, k, v, ct, _scale(scale, head), key_padding_mask, "key_padding_mask", n_past,
+                                  fill, unidirectional, attention_bias, keep_scores=_n_outputs >= 4)
+        y = y.astype(dt)
+        outs = (y, present[0].astype(dt), present[1].astype(dt)) + ((qk.astype(dt),) if qk is not None else ())
+        return outs[:_n_outputs]
+    return run
+
+
+# -- GroupQueryAttention ---------------------------------------------------------------------------
+
+def _rms_heads(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """Per-head RMS normalisation over the head size, times w (head_size)."""
+    ms = np.mean(x * x, axis=-1, keepdims=True)
+    return x / np.sqrt(ms + x.dtype.type(eps)) * w
+
+
+_QUANT_TYPES = ("NONE", "PER_TENSOR", "PER_CHANNEL")
+F8 = np.dtype(ml_dtypes.float8_e4m3fn)
+
+
+class _KvCache:
+    """One of GroupQueryAttention's K / V caches: float (quant type NONE, the input's type), or quantized
+    with a scale: int8 (8 bits: round(x / scale) saturated), uint8 with 4 bits (two values per byte, low
+    nibble first, each round(x / scale) saturated to [-8, 7] and stored + 8), float8e4m3fn (x / scale)."""
+
+    def __init__(self, quant_type, bits: int, what: str):
+        self.quant = text(quant_type)
+        if self.quant not in _QUANT_TYPES:
+            raise ValueError(f"{what}_quant_type must be one of {', '.join(_QUANT_TYPES)}, got {self.quant!r}")
+        if self.quant != "NONE" and bits not in (0, 4, 8):
+            raise ValueError(f"kv_cache_bit_width must be 4 or 8, got {bits}")
+        self.bits, self.what = bits or 8, what
+
+    def dtype(self, past, dt):
+        """The cache's element type: the past's, else the one kv_cache_bit_width implies."""
+        if self.quant == "NONE":
+            return dt
+        if past is not None:
+            return past.dtype
+        return np.dtype(np.uint8) if self.bits == 4 else np.dtype(np.int8)
+
+    def check(self, cache_dt, dt, scale, nk: int, head: int):
+        what = self.what
+        if self.quant == "NONE":
+            if cache_dt != dt:
+                raise InvalidValueError(f"past_{what} ({cache_dt}) must have the query's type ({dt}) when "
+                                        f"{what}_quant_type is NONE")
+            return
+        if not (cache_dt == np.int8 and self.bits == 8 or cache_dt == np.uint8 and self.bits == 4 or cache_dt == F8):
+            raise InvalidValueError(f"a {self.bits}-bit quantized {what} cache must be int8 (8 bits), uint8 (4 bits) "
+                                    f"or float8e4m3fn, got {cache_dt}")
+        if scale is None:
+            raise InvalidValueError(f"{what}_scale is required with {what}_quant_type={self.quant}")
+        want = (1,) if self.quant == "PER_TENSOR" else (1, nk, 1, head)
+        if scale.size != int(np.prod(want)) or (self.quant == "PER_CHANNEL" and scale.shape != want):
+            raise InvalidValueError(f"{what}_scale for {self.quant} must have shape {list(want)}, got "
+                                    f"{list(scale.shape)}")
+
+    def dequantize(self, cache, scale, ct):
+        if self.quant == "NONE":
+            return _f(cache, ct)
+        sc = _f(scale, ct).reshape((1,) * 4 if scale.size == 1 else scale.shape)
+        if cache.dtype == np.uint8:                       # 4 bits: two per byte, low nibble first
+            nib = np.stack([cache & 15, cache >> 4], axis=-1).reshape(cache.shape[:-1] + (-1,))
+            return (nib.astype(ct) - ct.type(8)) * sc
+        return cache.astype(ct) * sc
+
+    def quantize(self, x, scale, cache_dt):
+        if self.quant == "NONE":
+            return x.astype(cache_dt)
+        y = x / _f(scale, x.dtype).reshape((1,) * 4 if scale.size == 1 else scale.shape)
+        if cache_dt == F8:
+            return y.astype(F8)
+        if cache_dt == np.uint8:
+            if y.shape[-1] % 2:
+                raise InvalidValueError(f"a 4-bit {self.what} cache needs an even head size, got {y.shape[-1]}")
+            nib = (np.clip(np.rint(y), -8, 7) + 8).astype(np.uint8)
+            return nib[..., 0::2] | (nib[..., 1::2] << 4)
+        return np.clip(np.rint(y), -128, 127).astype(np.int8)
+
+
+def _resident(t: np.ndarray, capacity: int, window: int) -> np.ndarray:
+    """How many of t positions a window-sized cache keeps (the documented L(T)): all up to its
+    capacity, then evicting G = capacity - window + 1 positions at a time."""
+    g = capacity - window + 1
+    over = np.maximum(t - capacity, 0)
+    return np.where(t <= capacity, t, t - g * (-(-over // g)))
+
+
+def _window_cache(past_key, past_value, news, start, tot, s: int, window: int):
+    """sliding_window_cache: past rows [0, L(start)) hold positions start - L(start) + i; the keys read
+    are those rows then the s new ones; present keeps the L(tot) newest in rows [0, L(tot)) (zeros
+    after). -> ((present_k, present_v), (keys_k, keys_v) in the stored types, absolute key positions
+    (batch, keys) with -1 for padding)."""
+    if past_key is None:
+        raise InvalidValueError("sliding_window_cache needs past_key / past_value (their rows are the capacity)")
+    capacity = past_key.shape[2]
+    if capacity < window:
+        raise InvalidValueError(f"the cache capacity {capacity} is smaller than local_window_size {window}")
+    held = _resident(start, capacity, window)                        # resident past rows per batch
+    m = int((held + s).max())
+    c = np.arange(m)[None, :]
+    # row c of the keys: past row c while c < held, else new row c - held (past and new concatenated)
+    source = np.where(c < held[:, None], c, capacity + c - held[:, None])
+    source = np.clip(source, 0, capacity + s - 1)
+    key_pos = np.where(c < (held + s)[:, None], start[:, None] - held[:, None] + c, -1)
+    keep = _resident(np.minimum(tot, start + s), capacity, window)   # rows present keeps
+    first = (np.minimum(tot, start + s) - keep) - (start - held)     # key row of present's row 0
+    rows = np.arange(capacity)[None, :]
+    take = np.clip(first[:, None] + rows, 0, m - 1)
+    keys, present = [], []
+    for past, new in zip((past_key, past_value), news):
+        full = np.concatenate([past, new], axis=2)
+        kk = np.take_along_axis(full, source[:, None, :, None], axis=2)
+        keys.append(kk)
+        out = np.take_along_axis(kk, take[:, None, :, None], axis=2)
+        out[np.broadcast_to((rows >= keep[:, None])[:, None, :, None], out.shape)] = 0
+        present.append(out)
+    return tuple(present), tuple(keys), key_pos
+
+
+@kernel("GroupQueryAttention", since=1, domain=MS, multi_output=True)
+def group_query_attention_1(*, num_heads, kv_num_heads, causal=1, do_rotary=0, k_quant_type="NONE",
+                            kv_cache_bit_width=0, local_window_size=-1, qk_norm_epsilon=1e-6, qk_output=0,
+                            rotary_interleaved=0, scale=None, sliding_window_cache=0, smooth_softmax=-1,
+                            softcap=0.0, v_quant_type="NONE", _n_outputs=1):
+    if num_heads <= 0 or kv_num_heads <= 0 or num_heads % kv_num_heads:
+        raise ValueError(f"num_heads ({num_heads}) must be a positive multiple of kv_num_heads ({kv_num_heads})")
+    k_cache, v_cache = _KvCache(k_quant_type, kv_cache_bit_width, "k"), _KvCache(v_quant_type, kv_cache_bit_width, "v")
+    sliding = bool(sliding_window_cache)
+    if sliding and local_window_size <= 0:
+        raise ValueError(f"sliding_window_cache=1 needs local_window_size > 0, got {local_window_size}")
+    if sliding and _n_outputs >= 4:
+        raise ValueError("output_qk is not supported with sliding_window_cache=1")
+    if causal not in (0, 1) or (not causal and local_window_size != -1):
+        raise ValueError(f"causal must be 0 or 1 and local_window_size -1 when causal is 0, got causal={causal}, "
+                         f"local_window_size={local_window_size}")
+    if qk_output not in (0, 1, 2):
+        raise ValueError(f"qk_output must be 0, 1 or 2, got {qk_output}")
+    n, nk = num_heads, kv_num_heads
+    cap = float(softcap or 0.0)
+    smooth = smooth_softmax == 1
+    rot_cache: dict = {}
+
+    def run(query, key=None, value=None, past_key=None, past_value=None, seqlens_k=None, total_sequence_length=None,
+            cos_cache=None, sin_cache=None, position_ids=None, attention_bias=None, head_sink=None, k_scale=None,
+            v_scale=None, q_norm_weight=None, k_norm_weight=None):
+        dt = query.dtype
+        _float_input(query, "query")
+        if seqlens_k is None or total_sequence_length is None:
+            raise InvalidValueError("seqlens_k and total_sequence_length are required")
+        for name, x in (("key", key), ("value", value)):
+            if x is not None and x.dtype != dt:
+                raise InvalidValueError(f"{name} ({x.dtype}) must have the query's type ({dt})")
+        ct = _ct(dt)
+        if query.ndim != 3:
+            raise InvalidValueError(f"query must be 3-D (batch, seq, hidden), got {list(query.shape)}")
+        b, s, width = query.shape
+        if key is None:                                               # packed QKV
+            if value is not None or width % (n + 2 * nk):
+                raise InvalidValueError(f"packed QKV width {width} is not (num_heads + 2 * kv_num_heads) * head_size")
+            head = width // (n + 2 * nk)
+            qf = _f(query, ct)
+            q = _heads(qf[..., :n * head], n, "query")
+            k = _heads(qf[..., n * head:(n + nk) * head], nk, "key")
+            v = _heads(qf[..., (n + nk) * head:], nk, "value")
+        else:
+            if value is None or key.ndim != 3 or value.ndim != 3 or key.shape[:2] != (b, s) \
+                    or value.shape[:2] != (b, s):
+                raise InvalidValueError(f"key and value must be (batch, seq, kv_hidden) with the query's batch and "
+                                        f"sequence, got {list(key.shape)} and "
+                                        f"{None if value is None else list(value.shape)}")
+            q = _heads(_f(query, ct), n, "query")
+            k, v = _heads(_f(key, ct), nk, "key"), _heads(_f(value, ct), nk, "value")
+            head = q.shape[3]
+        if k.shape[3] != head or v.shape[3] != head:
+            raise InvalidValueError(f"query, key and value head sizes differ ({head}, {k.shape[3]}, {v.shape[3]})")
+        lens = seqlens_k.astype(np.int64).reshape(-1)
+        if lens.shape != (b,):
+            raise InvalidValueError(f"seqlens_k must have shape [{b}] (batch), got {list(seqlens_k.shape)}")
+        total = int(total_sequence_length.reshape(-1)[0]) if total_sequence_length.size == 1 else None
+        if total is None:
+            raise InvalidValueError("total_sequence_length must be a scalar")
+        if (past_key is None) != (past_value is None):
+            raise InvalidValueError("past_key and past_value must be given together")
+        n_buf = 0 if past_key is None else past_key.shape[2]
+        k_dt, v_dt = k_cache.dtype(past_key, dt), v_cache.dtype(past_value, dt)
+        k_cache.check(k_dt, dt, k_scale, nk, head)
+        v_cache.check(v_dt, dt, v_scale, nk, head)
+        if past_key is not None:
+            stored = [head // 2 if c == np.uint8 else head for c in (k_dt, v_dt)]
+            if past_key.ndim != 4 or past_value.ndim != 4 or past_key.shape[:3] != (b, nk, n_buf) \
+                    or past_value.shape[:3] != (b, nk, n_buf) or [past_key.shape[3], past_value.shape[3]] != stored:
+                raise InvalidValueError(f"past_key / past_value must be (batch, kv_num_heads, past, head_size) = "
+                                        f"[{b}, {nk}, *, {head}] (head_size / 2 bytes for a 4-bit cache), got "
+                                        f"{list(past_key.shape)} / {list(past_value.shape)}")
+        first_prompt = total == s                                     # (whatever the past buffer holds)
+        tot_b = lens + 1
+        past_b = np.zeros(b, np.int64) if first_prompt else tot_b - s
+        if lens.size and (tot_b.max() > total or past_b.min() < 0 or (past_b.max() > n_buf and not sliding)):
+            raise InvalidValueError(f"seqlens_k {lens.tolist()} do not fit sequence length {s}, past length {n_buf} "
+                                    f"and total_sequence_length {total}")
+        pos = past_b[:, None] + np.arange(s)                          # (batch, seq) positions of the new tokens
+
+        if (q_norm_weight is None) != (k_norm_weight is None):
+            raise InvalidValueError("q_norm_weight and k_norm_weight must be given together")
+        if q_norm_weight is not None:
+            if q_norm_weight.shape != (head,) or k_norm_weight.shape != (head,):
+                raise InvalidValueError(f"q_norm_weight / k_norm_weight must have shape [{head}]")
+            q = _rms_heads(q, _f(q_norm_weight, ct), qk_norm_epsilon)
+            k = _rms_heads(k, _f(k_norm_weight, ct), qk_norm_epsilon)
+        if do_rotary:
+            if cos_cache is None or sin_cache is None:
+                raise InvalidValueError("do_rotary needs cos_cache and sin_cache")
+            if position_ids is None:
+                p = pos
+            elif first_prompt:     # the documented quirk: a first prompt reads position_ids' first element only
+                start = int(position_ids.reshape(-1)[0]) if position_ids.size else 0
+                p = np.broadcast_to(start + np.arange(s), (b, s))
+            else:
+                p = position_ids.astype(np.int64)
+            if p.shape != (b, s):
+                p = np.broadcast_to(p, (b, s)) if p.size in (1, s) else None
+            if p is None:
+                raise InvalidValueError(f"position_ids must have shape [{b}, {s}], got {list(position_ids.shape)}")
+            cos = _gather_cache(_f(cos_cache, ct), p, "cos_cache")
+            sin = _gather_cache(_f(sin_cache, ct), p, "sin_cache")
+            rot = _rotary(rotary_interleaved, 2 * cos.shape[-1], rot_cache)
+            q, k = rot(q, cos, sin), rot(k, cos, sin)
+
+        news = (k_cache.quantize(k, k_scale, k_dt), v_cache.quantize(v, v_scale, v_dt))
+        if sliding:
+            stored, key_rows, key_pos = _window_cache(past_key, past_value, news, past_b, tot_b, s,
+                                                      local_window_size)
+        else:                # the full cache: past rows [0, past_b), the new rows after them, zeros after those
+            rows = max(n_buf, total)
+            stored = []
+            for past, new_q in zip((past_key, past_value), news):
+                buf = np.zeros((b, nk, rows, new_q.shape[3]), new_q.dtype)
+                if n_buf:
+                    keep = (np.arange(n_buf)[None, :] < past_b[:, None])[:, None, :, None]
+                    buf[:, :, :n_buf] = np.where(keep, past, np.zeros((), new_q.dtype))
+                stored.append(_write_rows(buf, new_q, past_b))
+            key_rows = stored
+            key_pos = np.broadcast_to(np.arange(rows), (b, rows))
+        keys = k_cache.dequantize(key_rows[0], k_scale, ct)          # what the attention reads
+        values = v_cache.dequantize(key_rows[1], v_scale, ct)
+
+        kp = key_pos[:, None, :]                                      # absolute position of each key
+        allowed = (kp >= 0) & (kp < tot_b[:, None, None])             # (batch, seq, keys)
+        if causal:
+            allowed = allowed & (kp <= pos[:, :, None])
+        if local_window_size > 0:
+            allowed = allowed & (kp > pos[:, :, None] - local_window_size)
+        scores = _scores(q, keys, _scale(scale, head))
+        if cap:
+            c = ct.type(cap)
+            np.divide(scores, c, out=scores)
+            np.tanh(scores, out=scores)
+            scores *= c
+        if attention_bias is not None:                                # its columns are absolute key positions
+            _check_bias(attention_bias, (b, n, s, attention_bias.shape[-1]), "attention_bias")
+            if attention_bias.shape[-1] < total:
+                raise InvalidValueError(f"attention_bias last dimension must be total_sequence_length ({total}), got "
+                                        f"{list(attention_bias.shape)}")
+            ab = _f(attention_bias, ct)
+            cols = np.clip(key_pos, 0, ab.shape[-1] - 1)[:, None, None, :]
+            ab = np.take_along_axis(np.broadcast_to(ab, (b,) + ab.shape[1:]), np.broadcast_to(
+                cols, (b, ab.shape[1], ab.shape[2], cols.shape[-1])), axis=-1)
+            scores += ab
+        hidden = ~allowed[:, None]                                    # (batch, 1, seq, rows)
+        np.copyto(scores, ct.type(-np.inf), where=hidden)
+        # qk_output=1: the scores before softmax, 0 at the keys a query cannot see (unspecified in onnxruntime)
+        qk = np.where(hidden, ct.type(0), scores) if qk_output == 1 and _n_outputs >= 4 else None
+        if head_sink is not None or smooth:
+            sink = np.zeros(n, ct) if head_sink is None else _f(head_sink, ct).reshape(-1)
+            if sink.shape != (n,):
+                raise InvalidValueError(f"head_sink must have shape [{n}], got {list(head_sink.shape)}")
+            sink = sink.reshape(1, n, 1, 1)
+            m = np.maximum(scores.max(axis=-1, keepdims=True), sink)
+            scores -= m
+            np.exp(scores, out=scores)
+            scores /= scores.sum(axis=-1, keepdims=True) + np.exp(sink - m)
+            probs = scores
+        else:
+            probs = _softmax(scores, None, ct)
+        if qk_output == 2 and _n_outputs >= 4:
+            qk = probs.copy()
+        y = _merge(_mix(probs, values)).astype(dt)
+        outs = (y, stored[0], stored[1])
+        if _n_outputs >= 4:
+            if qk is None:
+                raise InvalidValueError("output_qk needs qk_output=1 (before softmax) or 2 (after softmax)")
+            outs += (qk.astype(dt),)
+        return outs[:_n_outputs]
+    return run
+
+
+# -- RotaryEmbedding -------------------------------------------------------------------------------
+
+@kernel("RotaryEmbedding", since=1, domain=MS)
+def rotary_embedding_ms_1(*, interleaved=0, is_packed_batching=0, num_heads=0, rotary_embedding_dim=0, scale=1.0):
+    """The standard RotaryEmbedding's rotation; position_ids is (batch, seq), or one start position
+    (shape [1]) for positions start + i. Without num_heads a 3-D input's head size is
+    2 * cos_cache.shape[1]. `scale` and `is_packed_batching` do not change the result (as in
+    onnxruntime's CPU kernel: the caches carry any scaling, and a packed batch is rotated as given)."""
+    if num_heads < 0 or rotary_embedding_dim < 0:
+        raise ValueError(f"num_heads ({num_heads}) and rotary_embedding_dim ({rotary_embedding_dim}) must be >= 0")
+    if rotary_embedding_dim and not num_heads:
+        raise ValueError("rotary_embedding_dim needs num_heads")
+    fixed = rotary_embedding_23(interleaved=interleaved, num_heads=num_heads or None,
+                                rotary_embedding_dim=rotary_embedding_dim)
+    by_heads: dict = {}
+
+    def run(input, position_ids, cos_cache, sin_cache):
+        _float_input(input, "input")
+        if input.ndim not in (3, 4):
+            raise InvalidValueError(f"input must be 3-D or 4-D, got shape {list(input.shape)}")
+        b, s = (input.shape[0], input.shape[1]) if input.ndim == 3 else (input.shape[0], input.shape[2])
+        pid = position_ids.astype(np.int64)
+        if pid.size == 1 and pid.ndim <= 1:
+            pid = np.broadcast_to(pid.reshape(-1)[0] + np.arange(s), (b, s))
+        elif pid.shape != (b, s):
+            raise InvalidValueError(f"position_ids must have shape [1] or {[b, s]}, got {list(position_ids.shape)}")
+        if input.dtype != cos_cache.dtype or input.dtype != sin_cache.dtype:
+            raise InvalidValueError(f"input ({input.dtype}) and the caches ({cos_cache.dtype}, {sin_cache.dtype}) "
+                                    "must have one type")
+        fn = fixed
+        if input.ndim == 3 and not num_heads:
+            if cos_cache.ndim != 2 or cos_cache.shape[1] == 0 or input.shape[2] % (2 * cos_cache.shape[1]):
+                raise InvalidValueError(f"hidden size {input.shape[2]} is not a multiple of the head size "
+                                        f"2 * cos_cache.shape[1] (cos_cache {list(cos_cache.shape)})")
+            heads = input.shape[2] // (2 * cos_cache.shape[1])
+            if heads not in by_heads:
+                by_heads[heads] = rotary_embedding_23(interleaved=interleaved, num_heads=heads)
+            fn = by_heads[heads]
+        return fn(input, cos_cache, sin_cache, pid)
+    return run
+
+
+# -- Skip / Embed layer normalizations -----------------------------------------------------------
+
+def _skip_sum(x, skip, bias, ct):
+    """x + skip (+ bias) in the compute type; skip is x's shape, (1, seq, hidden) or (seq, hidden)."""
+    fits = skip.shape == x.shape or (skip.ndim == x.ndim == 3 and skip.shape == (1,) + x.shape[1:]) or (
+        skip.ndim == 2 and x.ndim == 3 and skip.shape == x.shape[1:])
+    if x.ndim not in (2, 3) or not fits:
+        raise InvalidValueError(f"skip of shape {list(skip.shape)} does not fit input {list(x.shape)} (same shape, "
+                                "(1, seq, hidden) or (seq, hidden))")
+    s = _f(x, ct) + _f(skip, ct)
+    if bias is not None:
+        s += _f(bias, ct)
+    return s
+
+
+def _vector(p, hidden: int, what: str) -> None:
+    if p is not None and p.shape != (hidden,):
+        raise InvalidValueError(f"{what} must have shape [{hidden}] (hidden size), got {list(p.shape)}")
+
+
+def _same_types(dt, **named):
+    for name, x in named.items():
+        if x is not None and x.dtype != dt:
+            raise InvalidValueError(f"{name} ({x.dtype}) must have the input's type ({dt})")
+
+
+@kernel("SkipLayerNormalization", since=1, domain=MS, multi_output=True)
+def skip_layer_normalization_1(*, epsilon=1e-12, _n_outputs=1):
+    """s = input + skip + bias; output = (s - mean) / sqrt(var + epsilon) * gamma + beta over the hidden
+    axis; also mean and inv_std_var (float, shape (..., 1)) and s."""
+    eps = float(epsilon)
+
+    def run(input, skip, gamma, beta=None, bias=None):
+        dt = input.dtype
+        _float_input(input, "input")
+        _same_types(dt, skip=skip, gamma=gamma, beta=beta, bias=bias)
+        hidden = input.shape[-1]
+        for name, p in (("gamma", gamma), ("beta", beta), ("bias", bias)):
+            _vector(p, hidden, name)
+        ct = _ct(dt)
+        s = _skip_sum(input, skip, bias, ct)
+        mean, d, var = _moments(s, (s.ndim - 1,))
+        inv = 1 / np.sqrt(var + ct.type(eps))
+        y = d * inv * _f(gamma, ct)
+        if beta is not None:
+            y += _f(beta, ct)
+        outs = (y.astype(dt), mean.astype(F32), inv.astype(F32), s.astype(dt))
+        return outs[:_n_outputs]
+    return run
+
+
+@kernel("SkipSimplifiedLayerNormalization", since=1, domain=MS, multi_output=True)
+def skip_simplified_layer_normalization_1(*, epsilon=1e-12, _n_outputs=1):
+    """s = input + skip + bias; output = s / sqrt(mean(s^2) + epsilon) * gamma; mean (zeros, as
+    onnxruntime), inv_std_var = 1 / sqrt(mean(s^2) + epsilon) (float, shape (..., 1)) and s."""
+    eps = float(epsilon)
+
+    def run(input, skip, gamma, bias=None):
+        dt = input.dtype
+        _float_input(input, "input")
+        _same_types(dt, skip=skip, gamma=gamma, bias=bias)
+        hidden = input.shape[-1]
+        _vector(gamma, hidden, "gamma")
+        _vector(bias, hidden, "bias")
+        ct = _ct(dt)
+        s = _skip_sum(input, skip, bias, ct)
+        inv = 1 / np.sqrt(np.mean(s * s, axis=-1, keepdims=True) + ct.type(eps))
+        y = s * inv * _f(gamma, ct)
+        outs = (y.astype(dt), np.zeros(inv.shape, F32), inv.astype(F32), s.astype(dt))
+        return outs[:_n_outputs]
+    return run
+
+
+def _lookup(table: np.ndarray, ids: np.ndarray, what: str) -> np.ndarray:
+    if table.ndim != 2:
+        raise InvalidValueError(f"{what} must be 2-D (rows, hidden), got shape {list(table.shape)}")
+    if ids.size and (ids.min() < 0 or ids.max() >= table.shape[0]):
+        raise InvalidValueError(f"{what} ids must be in [0, {table.shape[0] - 1}], got values in "
+                                f"[{int(ids.min())}, {int(ids.max())}]")
+    return table[ids]
+
+
+@kernel("EmbedLayerNormalization", since=1, domain=MS, multi_output=True)
+def embed_layer_normalization_1(*, epsilon=1e-12, mask_index_type=1, _n_outputs=1):
+    """embedding_sum = word_embedding[input_ids] + position_embedding[position_ids (default 0..seq-1)]
+    + segment_embedding[segment_ids]; output = LayerNorm(embedding_sum) * gamma + beta; mask_index
+    (int32, per batch) = the number of non-zero mask values (0 without a mask)."""
+    eps = float(epsilon)
+
+    def run(input_ids, segment_ids, word_embedding, position_embedding, segment_embedding, gamma, beta, mask=None,
+            position_ids=None):
+        dt = word_embedding.dtype
+        _float_input(word_embedding, "word_embedding")
+        _same_types(dt, position_embedding=position_embedding, segment_embedding=segment_embedding, gamma=gamma,
+                    beta=beta)
+        if input_ids.ndim != 2:
+            raise InvalidValueError(f"input_ids must be 2-D (batch, seq), got shape {list(input_ids.shape)}")
+        b, s = input_ids.shape
+        hidden = word_embedding.shape[-1]
+        for name, x in (("segment_ids", segment_ids), ("mask", mask)):
+            if x is not None and x.shape != (b, s):
+                raise InvalidValueError(f"{name} must have input_ids' shape {[b, s]}, got {list(x.shape)}")
+        if (segment_ids is None) != (segment_embedding is None):
+            raise InvalidValueError("segment_ids and segment_embedding must be given together")
+        for name, t in (("position_embedding", position_embedding), ("segment_embedding", segment_embedding)):
+            if t is not None and (t.ndim != 2 or t.shape[1] != hidden):
+                raise InvalidValueError(f"{name} must be 2-D (rows, {hidden}), got shape {list(t.shape)}")
+        _vector(gamma, hidden, "gamma")
+        _vector(beta, hidden, "beta")
+        if position_ids is None:
+            pos = np.arange(s)[None, :]
+        elif position_ids.shape in ((b, s), (1, s)):
+            pos = position_ids
+        else:
+            raise InvalidValueError(f"position_ids must have shape {[b, s]} or {[1, s]}, got "
+                                    f"{list(position_ids.shape)}")
+        ct = _ct(dt)
+        e = _f(_lookup(word_embedding, input_ids, "word_embedding"), ct)
+        e = e + _f(_lookup(position_embedding, pos, "position_embedding"), ct)
+        if segment_ids is not None:
+            e += _f(_lookup(segment_embedding, segment_ids, "segment_embedding"), ct)
+        _, d, var = _moments(e, (2,))
+        y = d / np.sqrt(var + ct.type(eps)) * _f(gamma, ct) + _f(beta, ct)
+        mask_index = (np.count_nonzero(mask, axis=1) if mask is not None else np.zeros(b)).astype(np.int32)
+        outs = (y.astype(dt), mask_index, e.astype(dt))
+        return outs[:_n_outputs]
+    return run
