@@ -102,14 +102,17 @@ def test_sparse_initializer_and_sparse_constant():
     np.testing.assert_array_equal(y, expected)
 
 
-def _external_model(tmp_path, location, data=np.arange(4, dtype=np.float32)):
+def _external_model(tmp_path, location, data=np.arange(4, dtype=np.float32), offset=0, length=None,
+                    node=None):
     t = numpy_helper.from_array(data, "w")
     t.ClearField("raw_data")
     t.data_location = TensorProto.EXTERNAL
-    for k, v in (("location", location), ("offset", "0"), ("length", str(data.nbytes))):
+    length = data.nbytes if length is None else length
+    for k, v in (("location", location), ("offset", str(offset)), ("length", str(length))):
         e = t.external_data.add()
         e.key, e.value = k, v
-    m = model([helper.make_node("Identity", ["w"], ["y"])], [], [("y", F, [4])], [t])
+    node = node or helper.make_node("Identity", ["w"], ["y"])
+    m = model([node], [], [("y", F, None)], [t])
     path = tmp_path / "model.onnx"
     path.write_bytes(m.SerializeToString())
     return path, data
@@ -207,3 +210,132 @@ def test_load_returns_plain_objects():
     m = loader.load(add_model())
     assert m.graph.nodes[0].op_type == "Add" and m.opsets == {"": 21}
     assert not m.graph.initializers["b"].flags.writeable
+
+
+# -- external data hardening --------------------------------------------------------------------
+
+def test_external_data_hard_link_is_rejected(tmp_path):
+    inner = tmp_path / "m"
+    inner.mkdir()
+    (tmp_path / "secret.bin").write_bytes(np.arange(4, dtype=np.float32).tobytes())
+    os.link(tmp_path / "secret.bin", inner / "w.bin")
+    path, _ = _external_model(inner, "w.bin")
+    with pytest.raises(ExternalDataError, match="hard link"):
+        onnx_mini.prepare(str(path))
+
+
+def test_external_data_fifo_is_rejected_without_blocking(tmp_path):
+    os.mkfifo(tmp_path / "w.bin")       # opening a FIFO for reading would block forever
+    path, _ = _external_model(tmp_path, "w.bin")
+    with pytest.raises(ExternalDataError, match="not a regular file"):
+        onnx_mini.prepare(str(path))
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
+def test_external_data_device_and_directory_are_rejected(tmp_path):
+    if os.geteuid() == 0:               # root can make a device node inside the folder
+        os.mknod(tmp_path / "zero", 0o600 | __import__("stat").S_IFCHR, os.makedev(1, 5))
+        path, _ = _external_model(tmp_path, "zero")
+        with pytest.raises(ExternalDataError, match="not a regular file"):
+            onnx_mini.prepare(str(path))
+    (tmp_path / "d").mkdir()
+    for location in ("d", ".", "d/."):
+        path, _ = _external_model(tmp_path, location)
+        with pytest.raises(ExternalDataError):
+            onnx_mini.prepare(str(path))
+
+
+@pytest.mark.parametrize("offset,length,match", [
+    (12, None, "holds 16 bytes, 16 needed at offset 12"),         # runs past the end of the file
+    (10**15, None, "offset"),                                      # far past the end
+    (0, 8, "length 8 does not match"),                             # shorter than the tensor
+    (0, 10**12, "length 1000000000000 does not match"),            # longer than the tensor
+    (-4, None, "negative"),
+    ("x", None, "bad offset"),
+])
+def test_external_data_offset_and_length_are_checked_before_reading(tmp_path, offset, length, match):
+    path, data = _external_model(tmp_path, "w.bin", offset=offset, length=length)
+    (tmp_path / "w.bin").write_bytes(data.tobytes())
+    with pytest.raises(ExternalDataError, match=match):
+        onnx_mini.prepare(str(path))
+
+
+def test_external_data_at_an_offset(tmp_path):
+    path, data = _external_model(tmp_path, "w.bin", offset=3)
+    (tmp_path / "w.bin").write_bytes(b"abc" + data.tobytes() + b"tail")
+    np.testing.assert_array_equal(onnx_mini.prepare(str(path)).run([])[0], data)
+
+
+def test_external_data_from_bytes_or_proto_needs_base_dir(tmp_path):
+    path, data = _external_model(tmp_path, "w.bin")
+    (tmp_path / "w.bin").write_bytes(data.tobytes())
+    raw = path.read_bytes()
+    for source in (raw, onnx.load_model_from_string(raw), io.BytesIO(raw)):
+        with pytest.raises(ExternalDataError, match="base_dir="):
+            onnx_mini.prepare(source)
+        np.testing.assert_array_equal(onnx_mini.prepare(source if not isinstance(source, io.BytesIO)
+                                                        else io.BytesIO(raw), base_dir=str(tmp_path)).run([])[0],
+                                      data)
+
+
+def test_large_external_data_is_memory_mapped_read_only(tmp_path):
+    data = np.arange(1 << 19, dtype=np.float32)            # 2 MiB: above the mmap threshold
+    path, _ = _external_model(tmp_path, "w.bin", data=data, offset=5)
+    (tmp_path / "w.bin").write_bytes(b"12345" + data.tobytes())
+    w = loader.load(str(path)).graph.initializers["w"]
+    assert not w.flags.writeable and not w.flags.owndata
+    np.testing.assert_array_equal(w, data)
+
+
+def test_external_string_tensor_is_rejected(tmp_path):
+    t = helper.make_tensor("w", TensorProto.STRING, [1], [b"a"])
+    t.ClearField("string_data")
+    t.data_location = TensorProto.EXTERNAL
+    e = t.external_data.add()
+    e.key, e.value = "location", "w.bin"
+    (tmp_path / "w.bin").write_bytes(b"a")
+    m = model([helper.make_node("Identity", ["w"], ["y"])], [], [("y", TensorProto.STRING, [1])], [t])
+    with pytest.raises(ExternalDataError, match="string"):
+        onnx_mini.prepare(m, base_dir=str(tmp_path))
+
+
+def test_model_path_must_be_a_regular_file(tmp_path):
+    os.mkfifo(tmp_path / "m.onnx")
+    with pytest.raises(ModelLoadError, match="regular file"):
+        onnx_mini.prepare(str(tmp_path / "m.onnx"))
+
+
+_RSS_SCRIPT = """
+import resource, sys
+import numpy as np
+import onnx_mini
+peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+before = peak()
+(y,) = onnx_mini.prepare(sys.argv[1]).run([])
+loaded = peak()
+print(y.shape[0], float(y.max()), loaded - before, peak() - before)
+"""
+
+
+def test_external_data_of_300_mb_is_mapped_not_copied(tmp_path):
+    """300 MiB of external data: loading and running an Identity on it maps the file (no page is
+    read until used); reading every element afterwards costs the pages once, never twice."""
+    import subprocess
+    import sys
+    n = 300 * 2**20 // 4
+    chunk = np.ones(1 << 20, np.float32)           # 300 MiB = 75 chunks of 4 MiB
+    with open(tmp_path / "w.bin", "wb") as f:
+        for _ in range(n // chunk.size):
+            f.write(chunk.tobytes())
+    path, _ = _external_model(tmp_path, "w.bin", data=np.empty(0, np.float32))
+    m = onnx.load(str(path), load_external_data=False)
+    m.graph.initializer[0].dims[:] = [n]
+    next(e for e in m.graph.initializer[0].external_data if e.key == "length").value = str(n * 4)
+    onnx.save(m, str(path))
+    out = subprocess.run([sys.executable, "-c", _RSS_SCRIPT, str(path)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    size, value, loaded, touched = out.stdout.split()
+    assert (int(size), float(value)) == (n, 1.0)
+    assert int(loaded) < 0.1 * n * 4, f"loading grew peak RSS by {int(loaded) / 2**20:.0f} MiB"
+    assert int(touched) < 1.3 * n * 4, f"reading grew peak RSS by {int(touched) / 2**20:.0f} MiB"

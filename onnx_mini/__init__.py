@@ -5,10 +5,16 @@
 """
 from . import errors
 from .backend import Backend, PreparedModel, is_compatible, prepare, run_model, run_node, supports_device
+from .compare import CompareResult, Divergence, compare
 from .loader import load
+from .profile import Profile, profile
 from .registry import supported_ops
-from .session import InferenceSession
+from .session import (ExecutionMode, ExecutionOrder, GraphOptimizationLevel, IgnoredOptionWarning, InferenceSession,
+                      NodeArg, RunOptions, SessionOptions, get_all_providers, get_available_providers, get_device)
 
 __version__ = "0.1.0"
 __all__ = ["Backend", "PreparedModel", "InferenceSession", "prepare", "run_model", "run_node",
-           "supports_device", "is_compatible", "load", "supported_ops", "errors"]
+           "supports_device", "is_compatible", "load", "supported_ops", "errors", "compare", "CompareResult",
+           "Divergence", "profile", "Profile", "SessionOptions", "RunOptions", "NodeArg", "GraphOptimizationLevel",
+           "ExecutionMode", "ExecutionOrder", "IgnoredOptionWarning", "get_available_providers", "get_all_providers",
+           "get_device"]

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import functools
+import sys
 import threading
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -16,7 +18,7 @@ from .executor import Hook, execute
 from .graph import Graph, Model, Node, ValueInfo
 from .inputs import bind_inputs, export_outputs
 from .loader import MAX_IR_VERSION, MIN_IR_VERSION
-from .plan import Plan, build_plan
+from .plan import Plan, StepInfo, build_plan, describe_value
 
 
 class PreparedModel(BackendRep):
@@ -26,17 +28,24 @@ class PreparedModel(BackendRep):
     with optimize=True the main plan folds them as constants (the light models build their weights
     from such inputs), and a run that feeds one of them uses a plan of the graph as written, made
     on first need.
+
+    verbose: True (stderr) or a text stream: every run prints a per-node trace (trace_hook); off, the
+    plain executor loop runs and the trace costs nothing.
+
+    A PreparedModel pickles: the parsed model (plain Python objects and numpy arrays, external data
+    included) travels, and the plans are rebuilt when it is unpickled; no file is read again.
     """
 
-    def __init__(self, model: Model, *, optimize: bool = True):
+    def __init__(self, model: Model, *, optimize: bool = True, verbose: Any = False):
         self.model = model
         self.optimize = optimize
+        self.verbose = verbose
         g = model.graph
         self.defaults = frozenset(v.name for v in g.inputs if v.name in g.initializers) if optimize else frozenset()
         self._plans: dict[tuple, Plan] = {}
         self._lock = threading.Lock()
         self.plan: Plan = self.plan_for(tuple(v.name for v in g.outputs))
-        self._outputs_type = namedtupledict("Outputs", self.plan.output_names)
+        self._outputs_type = outputs_type(tuple(self.plan.output_names))
 
     def plan_for(self, outputs: tuple[str, ...], feeds: Any = None) -> Plan:
         """The plan computing `outputs` (any values of the graph) for these feeds."""
@@ -55,6 +64,18 @@ class PreparedModel(BackendRep):
                     plan = self._plans[key] = build_plan(g, self.model.opsets, self.model.functions,
                                                          optimize=self.optimize)
         return plan
+
+    def __getstate__(self) -> dict:
+        # plans hold closures (not picklable) and are cheap to rebuild; a text stream cannot travel
+        verbose = self.verbose if isinstance(self.verbose, bool) else bool(self.verbose)
+        return {"model": self.model, "optimize": self.optimize, "verbose": verbose}
+
+    def __setstate__(self, state: dict) -> None:
+        model = state["model"]
+        _freeze_initializers(model.graph)
+        for f in model.functions.values():
+            _freeze_initializers(None, f.nodes)
+        self.__init__(model, optimize=state["optimize"], verbose=state["verbose"])
 
     def _overrides(self, feeds: Any) -> bool:
         """Whether the feeds give a value to an initializer-backed input."""
@@ -79,8 +100,67 @@ class PreparedModel(BackendRep):
         """inputs: a list (positional, graph order), a dict name -> value, or a single array.
         A sequence is a list of arrays, an optional None or its value (inputs and outputs alike)."""
         plan = self.plan if not self.defaults else self.plan_for(tuple(self.plan.output_names), inputs)
+        if self.verbose:
+            hook = _chain(trace_hook(self.verbose), hook)
         values = execute(plan, bind_inputs(plan, inputs), hook)
         return self._outputs_type(*export_outputs(values))
+
+
+@functools.lru_cache(maxsize=256)
+def outputs_type(names: tuple[str, ...]) -> type:
+    """The namedtuple-like type of run()'s result; its values pickle (for results sent back by workers)."""
+    cls = namedtupledict("Outputs", names)
+    cls.__reduce__ = lambda self: (_rebuild_outputs, (names, tuple(self)))
+    return cls
+
+
+def _rebuild_outputs(names: tuple[str, ...], values: tuple):
+    return outputs_type(names)(*values)
+
+
+def trace_hook(out: Any = True) -> Hook:
+    """A fresh executor hook printing one line per node to `out` (True: sys.stderr):
+
+        [  12] conv1 Conv-11  X: float32[1, 3, 224, 224], W: float32[64, 3, 7, 7] -> y: float32[1, 64, 112, 112]  0.9 ms
+
+    The time is the node's own, measured from the end of the previous node's line (printing excluded)."""
+    stream = sys.stderr if out is True else out
+    state = [0, time.perf_counter()]
+
+    def hook(info: StepInfo, inputs: tuple, outputs: tuple) -> None:
+        elapsed = time.perf_counter() - state[1]
+        ins = ", ".join(f"{n or '<omitted>'}: {describe_value(v)}" for n, v in zip(info.inputs, inputs))
+        outs = ", ".join(f"{n or '<unused>'}: {describe_value(v)}" for n, v in zip(info.outputs, outputs))
+        op = f"{info.domain}::{info.op_type}" if info.domain else info.op_type
+        print(f"[{state[0]:4d}] {info.name or '<unnamed>'} {op}-{info.version}  {ins} -> {outs}  "
+              f"{elapsed * 1e3:.3f} ms", file=stream)
+        state[0] += 1
+        state[1] = time.perf_counter()
+
+    return hook
+
+
+def _chain(first: Hook, second: Hook | None) -> Hook:
+    if second is None:
+        return first
+
+    def hook(info: StepInfo, inputs: tuple, outputs: tuple) -> None:
+        first(info, inputs, outputs)
+        second(info, inputs, outputs)
+    return hook
+
+
+def _freeze_initializers(g: Graph | None, nodes: list[Node] = ()) -> None:
+    """After unpickling: initializers are read-only again (as the loader left them), subgraphs too."""
+    if g is not None:
+        for arr in g.initializers.values():
+            arr.flags.writeable = False
+        nodes = g.nodes
+    for n in nodes:
+        for v in n.attrs.values():
+            for sub in (v if isinstance(v, list) else (v,)):
+                if isinstance(sub, Graph):
+                    _freeze_initializers(sub)
 
 
 class Backend(_OnnxBackend):
@@ -93,10 +173,11 @@ class Backend(_OnnxBackend):
 
     @classmethod
     def prepare(cls, model, device: str = "CPU", *, optimize: bool = True, base_dir: str | None = None,
-                **kwargs: Any) -> PreparedModel:
-        """model: ModelProto, path, bytes or binary file."""
+                verbose: Any = False, **kwargs: Any) -> PreparedModel:
+        """model: ModelProto, path, bytes or binary file. verbose: True (stderr) or a text stream to
+        print a per-node trace of every run."""
         _check_device(device)
-        return PreparedModel(loader.load(model, base_dir), optimize=optimize)
+        return PreparedModel(loader.load(model, base_dir), optimize=optimize, verbose=verbose)
 
     @classmethod
     def run_model(cls, model, inputs: Any, device: str = "CPU", **kwargs: Any):

@@ -8,13 +8,15 @@ already read by the loader, which owns the path-safety rules.
 from __future__ import annotations
 
 import math
+import os
 import sys
+import threading
 
 import ml_dtypes
 import numpy as np
 from onnx import TensorProto
 
-from .errors import ModelLoadError
+from .errors import ModelLoadError, ResourceLimitError
 
 _T = TensorProto
 _ML = {
@@ -105,6 +107,73 @@ def elem_type(dtype) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# Resource limits: the size a single tensor may have when its shape comes from the model or from data.
+
+def _default_max_tensor_bytes() -> int:
+    """16 GiB, or half the physical memory when that is smaller."""
+    cap = 16 << 30
+    try:
+        cap = min(cap, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2)
+    except (ValueError, OSError, AttributeError):  # not on every platform
+        pass
+    return cap
+
+
+DEFAULT_MAX_TENSOR_BYTES = _default_max_tensor_bytes()
+_limits = {"max_tensor_bytes": DEFAULT_MAX_TENSOR_BYTES}
+_limits_lock = threading.Lock()
+
+
+def set_limits(*, max_tensor_bytes: int | None = None) -> dict:
+    """Set process-wide limits; returns the previous values (pass them back to restore).
+
+    max_tensor_bytes: the largest tensor (in bytes) that a model may make onnx_mini allocate from
+    shapes it declares or computes (initializers, ConstantOfShape, Expand, Tile, Range, Resize, Pad...).
+    None keeps the current value; 0 restores the default."""
+    with _limits_lock:
+        previous = dict(_limits)
+        if max_tensor_bytes is not None:
+            if int(max_tensor_bytes) < 0:
+                raise ValueError("max_tensor_bytes must be >= 0")
+            _limits["max_tensor_bytes"] = int(max_tensor_bytes) or DEFAULT_MAX_TENSOR_BYTES
+    return previous
+
+
+def get_limits() -> dict:
+    return dict(_limits)
+
+
+def check_size(shape, dtype, what: str = "the result", error=ResourceLimitError) -> int:
+    """Raise `error` (a ResourceLimitError by default) before allocating a tensor of `shape` and
+    `dtype` when it would exceed max_tensor_bytes or has a negative dimension; returns its element count.
+
+    Call it in a kernel before the allocation whose size comes from data:
+        check_size(shape, dtype, "ConstantOfShape output")"""
+    count = 1
+    for d in shape:
+        d = int(d)
+        if d < 0:
+            raise error(f"{what}: negative dimension in shape {list(map(int, shape))}")
+        count *= d
+    itemsize = np.dtype(dtype).itemsize if dtype is not None else 1
+    nbytes = count * itemsize
+    cap = _limits["max_tensor_bytes"]
+    if nbytes > cap:
+        raise error(f"{what}: shape {list(map(int, shape))} of {np.dtype(dtype) if dtype is not None else 'bytes'} "
+                    f"needs {nbytes:,} bytes, over the limit of {cap:,} bytes "
+                    "(onnx_mini.dtypes.set_limits(max_tensor_bytes=...) raises it)")
+    return count
+
+
+def stored_nbytes(elem: int, dims) -> int:
+    """Bytes the raw (little-endian / packed) encoding of a tensor of this type and shape holds."""
+    count = math.prod(dims)
+    if elem in PACKED_BITS:
+        return math.ceil(count * PACKED_BITS[elem] / 8)
+    return count * np_dtype(elem).itemsize
+
+
+# ---------------------------------------------------------------------------------------------
 # Sub-byte packing: element i occupies bits [i*b, (i+1)*b) of the little-endian bit stream.
 
 def unpack_bits(packed: np.ndarray, bits: int, count: int, signed: bool) -> np.ndarray:
@@ -135,17 +204,19 @@ def _codes_to_array(codes: np.ndarray, elem: int, dims) -> np.ndarray:
 
 # ---------------------------------------------------------------------------------------------
 
-def tensor_to_array(t: TensorProto, raw: bytes | None = None) -> np.ndarray:
-    """Decode a TensorProto into a fresh numpy array.
+def tensor_to_array(t: TensorProto, raw=None, *, copy: bool = True) -> np.ndarray:
+    """Decode a TensorProto into a numpy array.
 
-    raw: bytes read from external data by the loader; when given it replaces t.raw_data.
+    raw: the bytes (or a read-only buffer such as an mmap) of external data read by the loader; when
+    given it replaces t.raw_data. copy=False lets a plain little-endian tensor stay a read-only view
+    over `raw` (the loader's memory-mapped external data) instead of a fresh array.
     """
     elem = t.data_type
     dims = tuple(t.dims)
     if any(d < 0 for d in dims):
         raise ModelLoadError(f"tensor {t.name!r} has negative dimensions {list(dims)}")
-    count = math.prod(dims)
     dtype = np_dtype(elem)
+    count = check_size(dims, dtype, f"tensor {t.name!r}", ModelLoadError)
     if raw is None and t.HasField("raw_data"):
         raw = t.raw_data
     if raw is not None:
@@ -159,7 +230,11 @@ def tensor_to_array(t: TensorProto, raw: bytes | None = None) -> np.ndarray:
             raise ModelLoadError(
                 f"tensor {t.name!r}: raw data has {len(raw)} bytes, shape {list(dims)} of "
                 f"{type_name(elem)} needs {count * dtype.itemsize}")
-        arr = np.frombuffer(raw, dtype=le).astype(dtype, copy=True)
+        arr = np.frombuffer(raw, dtype=le)
+        if copy or arr.dtype != dtype:
+            arr = arr.astype(dtype, copy=True)
+        if elem == _T.BOOL and arr.size and arr.view(np.uint8).max() > 1:  # only 0/1 are booleans
+            arr = arr.view(np.uint8) != 0
         return arr.reshape(dims)
 
     field = _FIELD.get(elem, "int32_data")

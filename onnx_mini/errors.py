@@ -26,6 +26,10 @@ class InputError(OnnxMiniError):
     """The inputs given to run() do not match the graph's declared inputs."""
 
 
+class ResourceLimitError(OnnxMiniError, ValueError):
+    """A tensor would exceed the configured size limit (dtypes.set_limits(max_tensor_bytes=...))."""
+
+
 class InvalidValueError(OnnxMiniError, ValueError):
     """Raised by a kernel for an input value the spec forbids; the executor adds which node it was."""
 

@@ -67,12 +67,26 @@ class Function:
     opsets: dict[str, int]
 
 
+@dataclass(frozen=True)
+class ModelMetadata:
+    """The model's descriptive fields (ModelProto's producer, domain, doc strings, metadata_props)."""
+    producer_name: str = ""
+    producer_version: str = ""
+    domain: str = ""
+    description: str = ""                   # ModelProto.doc_string
+    graph_name: str = ""
+    graph_description: str = ""             # GraphProto.doc_string
+    version: int = 0                        # ModelProto.model_version
+    custom_metadata_map: dict[str, str] = field(default_factory=dict)   # metadata_props
+
+
 @dataclass
 class Model:
     graph: Graph
     opsets: dict[str, int]
     ir_version: int
     functions: dict[tuple[str, str], Function] = field(default_factory=dict)
+    metadata: ModelMetadata = field(default_factory=ModelMetadata)
 
 
 def normalize_domain(domain: str) -> str:

@@ -1,13 +1,18 @@
 """Parse a model once into plain Python objects (graph.py); nothing after this touches protobuf.
 
-Accepts a ModelProto, a path, bytes or a binary file object. External data is read only from files
-inside the model's folder: absolute locations, `..` escapes and symlinks leading out are rejected.
-The caller's ModelProto is only read, never modified.
+Accepts a ModelProto, a path, bytes or a binary file object. External data is read only from regular
+files inside the model's folder (the path's folder, or base_dir=): absolute locations, `..` escapes,
+symlinks leading out, hard-linked files, FIFOs and devices are rejected, and offset/length are checked
+against the file and the tensor's size before reading; large tensors are memory-mapped read-only.
+Every failure is a ModelLoadError (ExternalDataError for external data). The caller's ModelProto is
+only read, never modified.
 """
 from __future__ import annotations
 
 import io
+import mmap
 import os
+import stat
 from typing import Any
 
 import numpy as np
@@ -15,14 +20,18 @@ import onnx
 from onnx import AttributeProto, ModelProto, TensorProto
 
 from . import dtypes
-from .errors import ExternalDataError, ModelLoadError
-from .graph import AttrRef, Function, Graph, Model, Node, TypeInfo, ValueInfo, free_names, normalize_domain
+from .errors import ExternalDataError, ModelLoadError, OnnxMiniError
+from .graph import (AttrRef, Function, Graph, Model, ModelMetadata, Node, TypeInfo, ValueInfo, free_names,
+                    normalize_domain)
 
 MIN_IR_VERSION, MAX_IR_VERSION = 3, 14
 
 
 def load(model, base_dir: str | None = None) -> Model:
-    """Load `model` (ModelProto | path | bytes | binary file) into a Model."""
+    """Load `model` (ModelProto | path | bytes | binary file) into a Model.
+
+    base_dir: the folder external data is read from; required when a model given as bytes, a
+    ModelProto or an unnamed file object has external data (a path gives its own folder)."""
     proto, found_dir = read_proto(model)
     return from_proto(proto, base_dir if base_dir is not None else found_dir)
 
@@ -33,10 +42,13 @@ def read_proto(model) -> tuple[ModelProto, str | None]:
         return model, None
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
-        try:
-            with open(path, "rb") as f:
+        try:  # O_NONBLOCK: opening a FIFO must not wait for a writer
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+            with open(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise ModelLoadError(f"model file {path!r} is not a regular file")
                 data = f.read()
-        except OSError as e:
+        except (OSError, ValueError) as e:  # ValueError: a NUL in the path
             raise ModelLoadError(f"cannot read model file {path!r}: {e}") from e
         return _parse(data, path), os.path.dirname(os.path.abspath(path))
     if isinstance(model, (bytes, bytearray, memoryview)):
@@ -60,6 +72,18 @@ def _parse(data: bytes, where: str) -> ModelProto:
 
 
 def from_proto(proto: ModelProto, base_dir: str | None = None) -> Model:
+    """The Model of a parsed ModelProto (only read, never modified)."""
+    try:
+        return _from_proto(proto, base_dir)
+    except OnnxMiniError:
+        raise
+    except RecursionError:
+        raise ModelLoadError("the model nests subgraphs too deeply to load") from None
+    except Exception as e:  # a malformed proto this loader did not foresee: still a load error
+        raise ModelLoadError(f"malformed model: {type(e).__name__}: {e}") from e
+
+
+def _from_proto(proto: ModelProto, base_dir: str | None) -> Model:
     ir = proto.ir_version
     if not MIN_IR_VERSION <= ir <= MAX_IR_VERSION:
         raise ModelLoadError(f"IR version {ir} is not supported (supported: {MIN_IR_VERSION}..{MAX_IR_VERSION})")
@@ -71,13 +95,24 @@ def from_proto(proto: ModelProto, base_dir: str | None = None) -> Model:
     for fp in proto.functions:
         f = parse_function(fp, ctx)
         functions[(f.domain, f.name)] = f
-    return Model(graph=ctx.graph(proto.graph), opsets=opsets, ir_version=ir, functions=functions)
+    return Model(graph=ctx.graph(proto.graph), opsets=opsets, ir_version=ir, functions=functions,
+                 metadata=metadata(proto))
+
+
+def metadata(proto: ModelProto) -> ModelMetadata:
+    """The descriptive fields of a ModelProto (producer, domain, doc strings, metadata_props)."""
+    return ModelMetadata(
+        producer_name=proto.producer_name, producer_version=proto.producer_version, domain=proto.domain,
+        description=proto.doc_string, graph_name=proto.graph.name, graph_description=proto.graph.doc_string,
+        version=proto.model_version, custom_metadata_map={p.key: p.value for p in proto.metadata_props})
 
 
 def _opsets(imports) -> dict[str, int]:
     opsets: dict[str, int] = {}
     for o in imports:
-        opsets[normalize_domain(o.domain)] = o.version
+        if not 1 <= o.version < 2**31:
+            raise ModelLoadError(f"opset import {o.domain or 'ai.onnx'!r} has version {o.version}, not a valid opset")
+        opsets[normalize_domain(_text(o.domain, "opset domain"))] = o.version
     # IR 3 models always carry opset_import; be lenient with hand-made ones that forgot it.
     if not opsets:
         opsets[""] = 1
@@ -100,7 +135,8 @@ def parse_function(fp: onnx.FunctionProto, ctx: "_Context | None" = None) -> Fun
     for a in fp.attribute_proto:
         attributes[a.name] = ctx.attr(a)
     return Function(
-        name=fp.name, domain=normalize_domain(fp.domain), inputs=tuple(fp.input), outputs=tuple(fp.output),
+        name=_text(fp.name, "function name"), domain=normalize_domain(_text(fp.domain, "function domain")),
+        inputs=_texts(fp.input, "function input"), outputs=_texts(fp.output, "function output"),
         attributes=attributes, nodes=[ctx.node(n, i) for i, n in enumerate(fp.node)],
         opsets=_opsets(fp.opset_import))
 
@@ -115,9 +151,9 @@ class _Context:
     def graph(self, g: onnx.GraphProto) -> Graph:
         inits: dict[str, np.ndarray] = {}
         for t in g.initializer:
-            inits[t.name] = self.tensor(t)
+            inits[_text(t.name, "initializer name")] = self.tensor(t)
         for st in g.sparse_initializer:
-            inits[st.values.name] = self.sparse(st)
+            inits[_text(st.values.name, "initializer name")] = self.sparse(st)
         for arr in inits.values():
             arr.flags.writeable = False  # shared by every run: kernels must never write into them
         return Graph(
@@ -133,7 +169,7 @@ class _Context:
         attrs = {}
         for a in n.attribute:
             try:
-                attrs[a.name] = self.attr(a)
+                attrs[_text(a.name, "attribute name")] = self.attr(a)
             except ModelLoadError as e:
                 raise ModelLoadError(f"node {n.name!r} ({n.op_type}): attribute {a.name!r}: {e}") from e
         captures: dict[str, None] = {}
@@ -141,12 +177,13 @@ class _Context:
             for g in (v if isinstance(v, list) else [v]):
                 if isinstance(g, Graph):
                     captures.update(dict.fromkeys(free_names(g)))
-        return Node(name=n.name, op_type=n.op_type, domain=normalize_domain(n.domain), inputs=tuple(n.input),
-                    outputs=tuple(n.output), attrs=attrs, index=index, captures=tuple(captures))
+        return Node(name=_text(n.name, "node name"), op_type=_text(n.op_type, "op_type"),
+                    domain=normalize_domain(_text(n.domain, "domain")), inputs=_texts(n.input, "input name"),
+                    outputs=_texts(n.output, "output name"), attrs=attrs, index=index, captures=tuple(captures))
 
     def attr(self, a: AttributeProto) -> Any:
         if a.ref_attr_name:
-            return AttrRef(a.ref_attr_name)
+            return AttrRef(_text(a.ref_attr_name, "attribute reference"))
         t = a.type or _guess_attr_type(a)
         A = AttributeProto
         if t == A.FLOAT:
@@ -181,28 +218,48 @@ class _Context:
 
     # -- tensors ------------------------------------------------------------------------------
     def tensor(self, t: TensorProto) -> np.ndarray:
-        raw = self.external_bytes(t) if t.data_location == TensorProto.EXTERNAL else None
-        return dtypes.tensor_to_array(t, raw)
+        if t.data_location == TensorProto.EXTERNAL:
+            return dtypes.tensor_to_array(t, self.external_data(t), copy=False)
+        return dtypes.tensor_to_array(t)
 
     def sparse(self, st: onnx.SparseTensorProto) -> np.ndarray:
         values = self.tensor(st.values)
-        indices = self.tensor(st.indices).astype(np.int64)
+        indices = self.tensor(st.indices)
         shape = tuple(st.dims)
+        where = f"sparse tensor {st.values.name!r}"
+        dtypes.check_size(shape, values.dtype, where, ModelLoadError)
+        if indices.dtype.kind not in "iu":
+            raise ModelLoadError(f"{where}: indices must be integers, got {indices.dtype}")
+        indices = indices.astype(np.int64)
         dense = np.zeros(shape, dtype=values.dtype)
         if values.dtype == object:
             dense[...] = ""
-        if values.size:
-            if indices.ndim == 1:  # linearized indices
-                dense.reshape(-1)[indices] = values.reshape(-1)
-            elif indices.ndim == 2 and indices.shape[1] == len(shape):
-                dense[tuple(indices.T)] = values.reshape(-1)
+        n = values.size
+        if indices.ndim == 1 and indices.shape[0] == n:          # linearized indices
+            bound = np.array([dense.size])
+        elif indices.ndim == 2 and indices.shape == (n, len(shape)):
+            bound = np.array(shape, dtype=np.int64)
+        else:
+            raise ModelLoadError(f"{where}: indices of shape {list(indices.shape)} do not fit {n} values "
+                                 f"in dense shape {list(shape)}")
+        if values.ndim != 1:
+            raise ModelLoadError(f"{where}: values must be 1-D, got shape {list(values.shape)}")
+        if n and ((indices < 0).any() or (indices >= bound).any()):
+            raise ModelLoadError(f"{where}: an index is out of range for dense shape {list(shape)}")
+        if n:
+            if indices.ndim == 1:
+                dense.reshape(-1)[indices] = values
             else:
-                raise ModelLoadError(f"sparse tensor {st.values.name!r}: indices of shape {indices.shape} "
-                                     f"do not fit dense shape {list(shape)}")
+                dense[tuple(indices.T)] = values
         return dense
 
-    def external_bytes(self, t: TensorProto) -> bytes:
-        info = {e.key: e.value for e in t.external_data}
+    def external_data(self, t: TensorProto):
+        """The bytes of an external tensor: a read-only mmap view for large ones, bytes otherwise.
+
+        Only a regular file inside the model's folder is read (see safe_external_path), opened
+        without following a last-moment symlink and without blocking on a FIFO; offset and length
+        are checked against the file's size and the tensor's byte size before anything is read."""
+        info = {_text(e.key, "external data key"): _text(e.value, "external data value") for e in t.external_data}
         location = info.get("location")
         if not location:
             raise ExternalDataError(f"tensor {t.name!r}: external data without a location")
@@ -214,23 +271,70 @@ class _Context:
             raise ExternalDataError(f"tensor {t.name!r}: bad offset/length {info}") from None
         if offset < 0 or (length is not None and length < 0):
             raise ExternalDataError(f"tensor {t.name!r}: negative offset/length {info}")
+        if t.data_type == TensorProto.STRING:
+            raise ExternalDataError(f"string tensor {t.name!r} cannot use external data")
+        if any(d < 0 for d in t.dims):
+            raise ExternalDataError(f"tensor {t.name!r} has negative dimensions {list(t.dims)}")
+        dtypes.check_size(t.dims, dtypes.np_dtype(t.data_type), f"tensor {t.name!r}", ExternalDataError)
+        need = dtypes.stored_nbytes(t.data_type, t.dims)
+        if length is not None and length != need:
+            raise ExternalDataError(f"tensor {t.name!r}: external data length {length} does not match its "
+                                    f"shape {list(t.dims)} of {dtypes.type_name(t.data_type)} ({need} bytes)")
+        fd = _open_regular(path, location, t.name)
         try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                data = f.read() if length is None else f.read(length)
+            size = os.fstat(fd).st_size
+            if offset + need > size:
+                raise ExternalDataError(f"tensor {t.name!r}: external file {location!r} holds {size} bytes, "
+                                        f"{need} needed at offset {offset}")
+            if need >= MMAP_THRESHOLD and offset < size:
+                start = offset - offset % mmap.ALLOCATIONGRANULARITY
+                mm = mmap.mmap(fd, offset - start + need, access=mmap.ACCESS_READ, offset=start)
+                return memoryview(mm)[offset - start:]
+            data = os.pread(fd, need, offset) if need else b""
         except OSError as e:
             raise ExternalDataError(f"tensor {t.name!r}: cannot read external data {location!r}: {e}") from e
-        if length is not None and len(data) != length:
+        finally:
+            os.close(fd)
+        if len(data) != need:
             raise ExternalDataError(f"tensor {t.name!r}: external file {location!r} holds {len(data)} bytes "
-                                    f"at offset {offset}, {length} expected")
+                                    f"at offset {offset}, {need} expected")
         return data
+
+
+#: external tensors of at least this many bytes are memory-mapped (read-only) rather than copied.
+MMAP_THRESHOLD = 1 << 20
+_O_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+            | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+
+
+def _open_regular(path: str, location: str, name: str) -> int:
+    """A read-only descriptor on `path`, which must be a regular file with a single name (a hard
+    link may be another name of a file outside the folder); no device, FIFO, socket or directory."""
+    try:
+        fd = os.open(path, _O_FLAGS)
+    except OSError as e:
+        raise ExternalDataError(f"tensor {name!r}: cannot open external data {location!r}: {e}") from e
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ExternalDataError(f"tensor {name!r}: external data {location!r} is not a regular file")
+        if st.st_nlink > 1:
+            raise ExternalDataError(f"tensor {name!r}: external data {location!r} has {st.st_nlink} hard links; "
+                                    "a hard-linked file may lie outside the model's folder and is refused")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def safe_external_path(base_dir: str | None, location: str, name: str = "") -> str:
     """The real path of an external data file, guaranteed to be inside base_dir."""
     if base_dir is None:
         raise ExternalDataError(f"tensor {name!r} uses external data {location!r} but the model's folder is "
-                                "unknown: load it from a path or pass base_dir")
+                                "unknown (the model was given as bytes, a ModelProto or an unnamed file): "
+                                "load it from its path, or pass base_dir= the folder holding its data")
+    if "\0" in location:
+        raise ExternalDataError(f"tensor {name!r}: external data location {location!r} holds a NUL character")
     if os.path.isabs(location) or location.startswith(("/", "\\")) or ":" in location.split("/")[0]:
         raise ExternalDataError(f"tensor {name!r}: external data location {location!r} is absolute; "
                                 "only paths inside the model's folder are allowed")
@@ -239,7 +343,7 @@ def safe_external_path(base_dir: str | None, location: str, name: str = "") -> s
         raise ExternalDataError(f"tensor {name!r}: external data location {location!r} leaves the model's folder")
     root = os.path.realpath(base_dir)
     path = os.path.realpath(os.path.join(root, *parts))
-    if os.path.commonpath([root, path]) != root:  # a symlink that points outside
+    if os.path.commonpath([root, path]) != root or path == root:  # a symlink that points outside
         raise ExternalDataError(f"tensor {name!r}: external data location {location!r} resolves outside "
                                 "the model's folder")
     return path
@@ -247,8 +351,22 @@ def safe_external_path(base_dir: str | None, location: str, name: str = "") -> s
 
 # -- types --------------------------------------------------------------------------------------
 
+def _text(value, what: str) -> str:
+    """A name read from the proto: protobuf hands back bytes when they are not valid UTF-8."""
+    if value.__class__ is not str:
+        raise ModelLoadError(f"{what} {value!r} is not valid UTF-8")
+    return value
+
+
+def _texts(values, what: str) -> tuple[str, ...]:
+    out = tuple(values)
+    for v in out:
+        _text(v, what)
+    return out
+
+
 def value_info(v: onnx.ValueInfoProto) -> ValueInfo:
-    return ValueInfo(v.name, type_info(v.type) if v.HasField("type") else None)
+    return ValueInfo(_text(v.name, "value name"), type_info(v.type) if v.HasField("type") else None)
 
 
 def type_info(tp: onnx.TypeProto) -> TypeInfo | None:

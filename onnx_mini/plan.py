@@ -26,7 +26,7 @@ from . import dtypes
 from .errors import (GraphError, InvalidNodeError, InvalidValueError, KernelError, NodeError, OnnxMiniError,
                      UnsupportedOperatorError)
 from .graph import AttrRef, Function, Graph, Node, TypeInfo, ValueInfo, free_names, normalize_domain, topo_sort
-from .registry import KernelSpec, resolve, typed_function_body
+from .registry import KernelSpec, arity_problem, attribute_problem, resolve, typed_function_body
 
 # Ops whose result must not be computed once at prepare time even when all inputs are constant.
 NOT_FOLDABLE = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
@@ -481,6 +481,9 @@ def _bind(node: Node, spec: KernelSpec, opset: int | None, opsets: dict[str, int
     missing = sorted(spec.required - set(node.attrs))
     if missing:
         raise fail(f"required attribute(s) {', '.join(map(repr, missing))} missing")
+    problem = arity_problem(node, spec) or attribute_problem(node, spec)
+    if problem:
+        raise fail(problem)
     kwargs = dict(_subplans(node, opsets or {}, functions or {}, optimize))
     if "_n_inputs" in spec.injected:
         kwargs["_n_inputs"] = len(node.inputs)

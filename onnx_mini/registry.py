@@ -115,6 +115,76 @@ def _schema(op_type: str, domain: str, opset: int):
         return None
 
 
+@functools.lru_cache(maxsize=None)
+def _arity(op_type: str, domain: str, version: int):
+    """(min inputs, max inputs, indices of required inputs (a trailing variadic one stands for all the
+    positions from there on), min outputs, max outputs, formal input names), or None."""
+    schema = _schema(op_type, domain, version)
+    if schema is None or schema.since_version != version:
+        return None
+    option = onnx.defs.OpSchema.FormalParameterOption
+    required = tuple(i for i, p in enumerate(schema.inputs) if p.option == option.Single)
+    if schema.inputs and schema.inputs[-1].option == option.Variadic:   # every variadic input is required
+        required += (len(schema.inputs) - 1,)
+    names = tuple(p.name for p in schema.inputs)
+    return schema.min_input, schema.max_input, required, schema.min_output, schema.max_output, names
+
+
+def _attribute_kinds():
+    A = onnx.defs.OpSchema.AttrType
+    number, text = (int, float, np.integer, np.floating), (str, bytes)
+    return {A.INT: (False, (int, np.integer)), A.FLOAT: (False, number), A.STRING: (False, text),
+            A.TENSOR: (False, (np.ndarray,)), A.SPARSE_TENSOR: (False, (np.ndarray,)), A.GRAPH: (False, (Graph,)),
+            A.TYPE_PROTO: (False, (TypeInfo, type(None))), A.INTS: (True, (int, np.integer)), A.FLOATS: (True, number),
+            A.STRINGS: (True, text), A.TENSORS: (True, (np.ndarray,)), A.SPARSE_TENSORS: (True, (np.ndarray,)),
+            A.GRAPHS: (True, (Graph,)), A.TYPE_PROTOS: (True, (TypeInfo, type(None)))}
+
+
+@functools.lru_cache(maxsize=None)
+def _attribute_types(op_type: str, domain: str, version: int) -> dict:
+    schema = _schema(op_type, domain, version)
+    if schema is None or schema.since_version != version:
+        return {}
+    kinds = _attribute_kinds()
+    return {name: (a.type.name, *kinds[a.type]) for name, a in schema.attributes.items() if a.type in kinds}
+
+
+def attribute_problem(node: Node, spec: KernelSpec) -> str:
+    """Which of the node's attributes has a value of another type than its schema says, or ''."""
+    types = _attribute_types(spec.op_type, spec.domain, spec.since)
+    for name, value in node.attrs.items():
+        if name not in types or isinstance(value, AttrRef):
+            continue
+        type_name, is_list, kinds = types[name]
+        ok = (isinstance(value, list) and all(isinstance(v, kinds) and not isinstance(v, list) for v in value)
+              if is_list else not isinstance(value, list) and isinstance(value, kinds))
+        if not ok:
+            shown = repr(value) if len(repr(value)) < 60 else type(value).__name__
+            return f"attribute {name!r} must be of type {type_name}, got {shown}"
+    return ""
+
+
+def arity_problem(node: Node, spec: KernelSpec) -> str:
+    """Why the node's inputs/outputs do not fit its schema (counts, a required input left empty), or ''."""
+    arity = _arity(spec.op_type, spec.domain, spec.since)
+    if arity is None:
+        return ""
+    lo, hi, required, out_lo, out_hi, names = arity
+    n_in, n_out = len(node.inputs), len(node.outputs)
+    if not lo <= n_in <= hi:
+        absent = names[n_in:lo]
+        return (f"{n_in} input(s) given, the operator takes {lo}" + (f" to {hi}" if hi != lo else "")
+                + (f": it requires the input{'s' if len(absent) > 1 else ''} {', '.join(absent)}" if absent else ""))
+    last = len(names) - 1
+    missing = [i for i in range(n_in) if not node.inputs[i] and min(i, last) in required]
+    if missing:
+        return (f"required input(s) #{', #'.join(map(str, missing))} left empty "
+                f"({', '.join(names[min(i, last)] for i in missing)})")
+    if not out_lo <= n_out <= out_hi:
+        return f"{n_out} output(s) given, the operator has {out_lo}" + (f" to {out_hi}" if out_hi != out_lo else "")
+    return ""
+
+
 def resolve(domain: str, op_type: str, opset: int | None) -> Resolution:
     """Resolve (domain, op_type) at the model's opset for that domain."""
     load_all_ops()

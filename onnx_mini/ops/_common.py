@@ -9,6 +9,7 @@
 - the "zero" of a type (0, False, ""): zero_of
 - float results stored in any type without undefined casts: float_to
 - element-type attributes checked against the schema's type constraint: allowed_dtypes, dtype_attribute
+- the size limit on tensors whose shape comes from data (dtypes.set_limits): check_shape
 """
 from __future__ import annotations
 
@@ -19,8 +20,16 @@ import numpy as np
 import onnx
 import onnx.defs
 
-from ..dtypes import np_dtype, type_name
+from ..dtypes import check_size, np_dtype, type_name
 from ..errors import InvalidValueError, ModelLoadError
+
+
+def check_shape(shape, dtype, what: str = "the output"):
+    """`shape`, after checking that a tensor of it may be allocated: a ResourceLimitError (the executor
+    names the node) when it would pass max_tensor_bytes (dtypes.set_limits) or has a negative dimension.
+    One call per kernel that allocates from input values, e.g. `np.full(check_shape(dims, dt), v)`."""
+    check_size(shape, dtype, what)
+    return shape
 
 
 def normalize_axis(axis: int, rank: int, what: str = "axis") -> int:

@@ -6,7 +6,7 @@ import onnx
 
 from ..errors import InvalidValueError
 from ..registry import kernel
-from ._common import UPCAST, allowed_dtypes, as_array, dtype_attribute
+from ._common import UPCAST, allowed_dtypes, as_array, check_shape, dtype_attribute
 
 
 def _constant(value: np.ndarray):
@@ -75,7 +75,7 @@ def _constant_of_shape(version: int):
             if value.dtype not in allowed_dtypes("ConstantOfShape", version, "T2"):
                 raise ValueError(f"value of type {value.dtype} is not allowed by ConstantOfShape-{version}")
             fill = value.reshape(())
-        return lambda shape: np.full(shape_input(shape), fill, dtype=fill.dtype)
+        return lambda shape: np.full(check_shape(shape_input(shape), fill.dtype), fill, dtype=fill.dtype)
     constant_of_shape.__name__ = f"constant_of_shape_{version}"
     return constant_of_shape
 
@@ -88,7 +88,7 @@ for _v in (9, 20, 21, 23, 24, 25):
 
 def eye(rows: int, cols: int, k: int, dtype) -> np.ndarray:
     """out[i, i + k] = 1, zeros elsewhere (k > 0: an upper diagonal, k < 0: a lower one)."""
-    out = np.zeros((rows, cols), dtype=dtype)
+    out = np.zeros(check_shape((rows, cols), dtype), dtype=dtype)
     count = min(rows, cols - k) if k >= 0 else min(rows + k, cols)
     if count > 0:
         start = k if k >= 0 else -k * cols
@@ -134,7 +134,7 @@ def arange(start: np.ndarray, limit: np.ndarray, delta: np.ndarray, compute=None
         s, lim, d = int(start), int(limit), int(delta)
         if d == 0:
             raise InvalidValueError("delta must not be 0")
-        n = max(-((s - lim) // d), 0)   # exact integer ceil((limit - start) / delta)
+        n = check_shape((max(-((s - lim) // d), 0),), dt)[0]   # exact integer ceil((limit - start) / delta)
         return (np.arange(n, dtype=np.int64) * d + s).astype(dt)
     ct = compute if compute is not None and dt in UPCAST else dt
     s, lim, d = start.astype(ct), limit.astype(ct), delta.astype(ct)
@@ -142,7 +142,7 @@ def arange(start: np.ndarray, limit: np.ndarray, delta: np.ndarray, compute=None
         count = np.ceil((lim - s) / d)
     if not np.isfinite(count):
         raise InvalidValueError(f"range({start}, {limit}, {delta}) has no finite number of elements")
-    n = max(int(count), 0)
+    n = check_shape((max(int(count), 0),), dt)[0]
     return as_array(s + np.arange(n, dtype=ct) * d).astype(dt, copy=False)
 
 

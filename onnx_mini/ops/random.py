@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import InvalidValueError
 from ..registry import kernel
-from ._common import allowed_dtypes, dtype_attribute, upcast
+from ._common import allowed_dtypes, check_shape, dtype_attribute, upcast
 
 
 def _rng_source(seed):
@@ -70,7 +70,7 @@ def _uniform(rng, shape, low: float, high: float, dtype: np.dtype) -> np.ndarray
 # -- RandomNormal / RandomUniform ------------------------------------------------------------------
 
 def _generator_factory(op: str, version: int, draw, shape, dtype, seed, a: float, b: float):
-    dims = _shape_attribute(shape)
+    dims = check_shape(_shape_attribute(shape), np.float64)
     dt = dtype_attribute(dtype, op, version, "T", "dtype")
     rng = _rng_source(seed)
     return lambda: draw(rng(), dims, a, b, dt)

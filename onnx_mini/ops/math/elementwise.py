@@ -11,7 +11,7 @@ import numpy as np
 
 from ...errors import InvalidValueError
 from ...registry import kernel
-from .._common import UPCAST, as_array, legacy_broadcast, same_type, upcast
+from .._common import UPCAST, as_array, check_shape, legacy_broadcast, same_type, upcast
 
 
 def binary(ufunc):
@@ -234,5 +234,5 @@ def expand_8():
         except ValueError:
             raise InvalidValueError(f"input of shape {list(x.shape)} cannot be broadcast to "
                                     f"shape {list(dims)}") from None
-        return np.broadcast_to(x, out)      # a read-only view, no copy
+        return np.broadcast_to(x, check_shape(out, x.dtype))      # a read-only view, no copy
     return run

@@ -12,7 +12,7 @@ import numpy as np
 
 from ...errors import InvalidValueError
 from ...registry import kernel
-from .._common import UPCAST
+from .._common import UPCAST, check_shape
 
 
 def _tap_slices(tap: int, grid: int, out: int, begin: int, stride: int, dil: int):
@@ -37,7 +37,7 @@ def scatter_blocks(cols: np.ndarray, out_sizes, begin, strides, dilations) -> np
     n, c = cols.shape[:2]
     kernel = cols.shape[2:2 + r]
     grid = cols.shape[2 + r:]
-    shape = (n, c, *out_sizes)
+    shape = check_shape((n, c, *out_sizes), cols.dtype)
     image = np.full(shape, "", dtype=object) if cols.dtype == object else np.zeros(shape, dtype=cols.dtype)
     if not image.size or not cols.size:
         return image

@@ -5,7 +5,7 @@ import numpy as np
 
 from ...errors import InvalidValueError
 from ...registry import kernel
-from .._common import UPCAST, normalize_axis
+from .._common import UPCAST, check_shape, normalize_axis
 
 
 # -- NonZero -------------------------------------------------------------------------------------
@@ -58,6 +58,7 @@ def _one_hot(indices, depth, values, axis: int, negative: bool) -> np.ndarray:
     if negative:  # 11+: [-depth, -1] counts from the end; anything else outside [0, depth) is all-off
         idx = np.where(idx < 0, idx + d, idx)
     shape = indices.shape[:a] + (1,) + indices.shape[a:]
+    check_shape(indices.shape[:a] + (d,) + indices.shape[a:], values.dtype)
     positions = np.arange(d).reshape((d,) + (1,) * (r - a))
     hot = idx.reshape(shape) == positions                # bool, the output's shape
     return values.reshape(-1).take(hot.view(np.uint8))

@@ -16,7 +16,7 @@ import numpy as np
 
 from ...errors import InvalidValueError
 from ...registry import kernel
-from .._common import UPCAST, normalize_axis
+from .._common import UPCAST, check_shape, normalize_axis
 
 _COORD_MODES = {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
                 "tf_half_pixel_for_nn", "tf_crop_and_resize"}
@@ -164,6 +164,8 @@ def _resize(cfg: _Config, x: np.ndarray, roi, scales, sizes) -> np.ndarray:
             scale = np.full(n, s)
             out = np.array([math.floor(s * i + 0.5) for i in in_shape], dtype=np.int64)   # round half up
         out_f = out.astype(np.float64)
+    check_shape([int(out[axes.index(a)]) if a in axes else d for a, d in enumerate(x.shape)],
+                np.float64 if cfg.mode != "nearest" else x.dtype)
 
     interpolate = cfg.mode != "nearest"
     if interpolate and (x.dtype == object or x.dtype == np.bool_):

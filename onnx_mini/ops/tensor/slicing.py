@@ -8,7 +8,7 @@ import numpy as np
 
 from ...errors import InvalidValueError
 from ...registry import kernel
-from .._common import int_list, normalize_axes, normalize_axis, zero_of
+from .._common import check_shape, int_list, normalize_axes, normalize_axis, zero_of
 
 
 # -- Concat --------------------------------------------------------------------------------------
@@ -186,7 +186,7 @@ def tile(x: np.ndarray, repeats: list[int]) -> np.ndarray:
         raise InvalidValueError(f"repeats {repeats} must be >= 0")
     # One copy: broadcast a (1, d0, 1, d1, ...) view to (r0, d0, r1, d1, ...) and merge the pairs.
     pairs = [v for d in x.shape for v in (1, d)]
-    full = [v for r, d in zip(repeats, x.shape) for v in (r, d)]
+    full = check_shape([v for r, d in zip(repeats, x.shape) for v in (r, d)], x.dtype)
     out = np.broadcast_to(x.reshape(pairs), full)
     return out.reshape([r * d for r, d in zip(repeats, x.shape)])
 
@@ -234,6 +234,7 @@ def pad(data: np.ndarray, pads: list[int], mode: str, value=None, axes=None) -> 
     widths = [(max(b, 0), max(e, 0)) for b, e in zip(begin, end)]
     if not any(b or e for b, e in widths):
         return x
+    check_shape([d + b + e for d, (b, e) in zip(x.shape, widths)], x.dtype)
     if mode == "constant":
         if value is None:
             value = zero_of(x.dtype)
@@ -326,7 +327,7 @@ def center_crop_pad(x: np.ndarray, shape: list[int], axes) -> np.ndarray:
     y = x[tuple(src)] if x.ndim else x
     if not padded:
         return y
-    out = np.full(out_shape, zero_of(x.dtype), dtype=x.dtype)
+    out = np.full(check_shape(out_shape, x.dtype), zero_of(x.dtype), dtype=x.dtype)
     out[tuple(dst)] = y
     return out
 
