@@ -154,6 +154,12 @@ class SubPlan:
 def build_plan(graph: Graph, opsets: dict[str, int], functions: dict[tuple[str, str], Function] | None = None,
                *, outer_scope: tuple[str, ...] = (), optimize: bool = True) -> Plan:
     functions = functions or {}
+    written = graph      # the graph as written, for kernels about their own graph (Gradient)
+    if optimize and graph.nodes:
+        from .optimize import optimize_graph, with_fused_domain   # it imports kernels, which import this
+        graph = optimize_graph(graph, opsets, functions, outer_scope=outer_scope,
+                               static_inputs=getattr(_nesting, "depth", 0) == 0)
+        opsets = with_fused_domain(opsets)
     resolved = _expand(graph.nodes, opsets, functions, known=_declared_types(graph), optimize=optimize)
     available = {v.name for v in graph.inputs} | set(graph.initializers) | set(outer_scope)
     by_id = {id(n): (n, r, o) for n, r, o in resolved}
@@ -189,7 +195,7 @@ def build_plan(graph: Graph, opsets: dict[str, int], functions: dict[tuple[str, 
     steps: list[tuple] = []
     infos: list[StepInfo] = []
     for node, spec, opset in order:
-        fn = _bind(node, spec, opset, node.opsets or opsets, functions, optimize, graph)
+        fn = _bind(node, spec, opset, node.opsets or opsets, functions, optimize, written)
         ins = tuple(slot(x) for x in (*node.inputs, *node.captures))
         outs = tuple(slot(x) if x else DISCARD_SLOT for x in node.outputs)
         out = outs if spec.multi_output else (outs[0] if outs else DISCARD_SLOT)

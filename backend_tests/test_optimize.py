@@ -1,0 +1,479 @@
+"""Prepare-time graph optimisation (onnx_mini/optimize): each pass on small hand-built graphs, checked
+on the optimised plan's steps and against the graph run as written (optimize=False); and the cases
+where a pass must not fire."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx_mini
+from onnx_mini.optimize import FUSED_DOMAIN
+from helpers import F, model
+
+FUSED = FUSED_DOMAIN
+pytestmark = pytest.mark.filterwarnings("error::onnx_mini.optimize.OptimizationWarning")
+RNG = np.random.default_rng(7)
+
+
+def init(name, value):
+    return numpy_helper.from_array(np.asarray(value), name)
+
+
+def rand(*shape, dtype=np.float32):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+def steps(rep):
+    return [(i.domain, i.op_type) for i in rep.plan.infos]
+
+
+def check(m, feeds, expected_steps, rtol=1e-5, atol=1e-5):
+    """The optimised plan has `expected_steps` ((domain, op) pairs, or op names of the default domain)
+    and gives the results of the unoptimised one; returns the optimised prepared model."""
+    opt, raw = onnx_mini.prepare(m), onnx_mini.prepare(m, optimize=False)
+    want = [s if isinstance(s, tuple) else ("", s) for s in expected_steps]
+    assert steps(opt) == want
+    got, ref = opt.run(feeds), raw.run(feeds)
+    assert len(got) == len(ref)
+    for g, r in zip(got, ref):
+        assert g.dtype == r.dtype and g.shape == r.shape
+        np.testing.assert_allclose(g.astype(np.float64), r.astype(np.float64), rtol=rtol, atol=atol)
+    return opt
+
+
+def bn_inits(prefix, c, seed=0):
+    r = np.random.default_rng(seed)
+    return [init(f"{prefix}_s", r.uniform(0.5, 2, c).astype(np.float32)),
+            init(f"{prefix}_b", r.standard_normal(c).astype(np.float32)),
+            init(f"{prefix}_m", r.standard_normal(c).astype(np.float32)),
+            init(f"{prefix}_v", r.uniform(0.5, 2, c).astype(np.float32))]
+
+
+def bn(x, y, prefix="bn", **attrs):
+    return helper.make_node("BatchNormalization", [x, f"{prefix}_s", f"{prefix}_b", f"{prefix}_m", f"{prefix}_v"],
+                            [y], epsilon=1e-3, **attrs)
+
+
+# -- dead nodes ----------------------------------------------------------------------------------------
+
+def test_dead_nodes_and_unused_random_ops_are_removed():
+    nodes = [helper.make_node("Relu", ["x"], ["y"]),
+             helper.make_node("Exp", ["x"], ["unused"]),
+             helper.make_node("Neg", ["unused"], ["unused2"]),
+             helper.make_node("RandomNormalLike", ["x"], ["noise"])]
+    check(model(nodes, [("x", F, [3])], [("y", F, [3])]), [rand(3)], ["Relu"])
+
+
+def test_dead_node_kept_when_its_output_is_a_graph_output():
+    nodes = [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Exp", ["x"], ["e"])]
+    check(model(nodes, [("x", F, [3])], [("y", F, [3]), ("e", F, [3])]), [rand(3)], ["Relu", "Exp"])
+
+
+# -- BatchNormalization folding ------------------------------------------------------------------
+
+def test_conv_batchnorm_relu_becomes_one_step():
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]), bn("c", "n"),
+             helper.make_node("Relu", ["n"], ["y"])]
+    inits = [init("w", rand(4, 3, 3, 3)), init("b", rand(4))] + bn_inits("bn", 4)
+    rep = check(model(nodes, [("x", F, [1, 3, 5, 5])], [("y", F, None)], inits), [rand(1, 3, 5, 5)],
+                [(FUSED, "Conv")])
+    assert rep.plan.infos[0].name.startswith("") and len(rep.plan.steps) == 1
+
+
+def test_conv_without_bias_and_batchnorm_opset_9():
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], strides=[2, 2]), bn("c", "y")]
+    inits = [init("w", rand(4, 2, 3, 3))] + bn_inits("bn", 4)
+    check(model(nodes, [("x", F, [2, 2, 7, 7])], [("y", F, None)], inits, opset=9), [rand(2, 2, 7, 7)], ["Conv"])
+
+
+def test_batchnorm_opset_6_test_mode_folds_training_mode_does_not():
+    inits = [init("w", rand(4, 2, 1, 1))] + bn_inits("bn", 4)
+    for is_test, want in ((1, ["Conv"]), (0, ["Conv", "BatchNormalization"])):
+        nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), bn("c", "y", is_test=is_test)]
+        check(model(nodes, [("x", F, [2, 2, 3, 3])], [("y", F, None)], inits, opset=6, ir_version=3),
+              {"x": rand(2, 2, 3, 3)}, want)
+
+
+def test_conv_transpose_with_groups_and_batchnorm():
+    nodes = [helper.make_node("ConvTranspose", ["x", "w", "b"], ["c"], group=2, strides=[2, 2]), bn("c", "y")]
+    inits = [init("w", rand(4, 3, 3, 3)), init("b", rand(6))] + bn_inits("bn", 6)
+    check(model(nodes, [("x", F, [1, 4, 4, 4])], [("y", F, None)], inits), [rand(1, 4, 4, 4)], ["ConvTranspose"])
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_gemm_batchnorm(trans_b):
+    w = rand(5, 6) if trans_b else rand(6, 5)
+    nodes = [helper.make_node("Gemm", ["x", "w", "c"], ["g"], transB=trans_b, alpha=0.5, beta=2.0), bn("g", "y")]
+    inits = [init("w", w), init("c", rand(5))] + bn_inits("bn", 5)
+    check(model(nodes, [("x", F, [3, 6])], [("y", F, None)], inits), [rand(3, 6)], ["Gemm"])
+
+
+def test_matmul_batchnorm_when_the_product_is_2d():
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["g"]), bn("g", "y")]
+    inits = [init("w", rand(6, 5))] + bn_inits("bn", 5)
+    check(model(nodes, [("x", F, [3, 6])], [("y", F, None)], inits), [rand(3, 6)], [(FUSED, "MatMul")])
+    # rank unknown: BN's channel axis may not be MatMul's last, so nothing folds
+    check(model(nodes, [("x", F, None)], [("y", F, None)], inits), [rand(3, 6)], ["MatMul", "BatchNormalization"])
+
+
+def test_batchnorm_on_constant_of_shape_weights_folds():
+    nodes = [helper.make_node("ConstantOfShape", ["shape"], ["w"],
+                              value=numpy_helper.from_array(np.array([0.25], np.float32))),
+             helper.make_node("Conv", ["x", "w"], ["c"]), bn("c", "y")]
+    inits = [init("shape", np.array([4, 2, 1, 1], np.int64))] + bn_inits("bn", 4)
+    check(model(nodes, [("x", F, [1, 2, 3, 3])], [("y", F, None)], inits), [rand(1, 2, 3, 3)], ["Conv"])
+
+
+def test_batchnorm_not_folded_when_its_input_is_a_graph_output():
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), bn("c", "y")]
+    inits = [init("w", rand(4, 2, 1, 1))] + bn_inits("bn", 4)
+    check(model(nodes, [("x", F, [1, 2, 3, 3])], [("y", F, None), ("c", F, None)], inits), [rand(1, 2, 3, 3)],
+          ["Conv", "BatchNormalization"])
+
+
+def test_batchnorm_not_folded_with_non_constant_weights():
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), bn("c", "y")]
+    m = model(nodes, [("x", F, [1, 2, 3, 3]), ("w", F, [4, 2, 1, 1])], [("y", F, None)], bn_inits("bn", 4))
+    check(m, [rand(1, 2, 3, 3), rand(4, 2, 1, 1)], ["Conv", "BatchNormalization"])
+
+
+def test_batchnorm_fed_override_of_an_initializer_backed_input_uses_the_graph_as_written():
+    """IR 3: the weights are inputs with initializer defaults; a run that feeds them must see them."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), bn("c", "y")]
+    w = rand(4, 2, 1, 1)
+    inits = [init("w", w)] + bn_inits("bn", 4)
+    m = model(nodes, [("x", F, [1, 2, 3, 3]), ("w", F, [4, 2, 1, 1])], [("y", F, None)], inits, opset=9,
+              ir_version=3)
+    x, w2 = rand(1, 2, 3, 3), rand(4, 2, 1, 1)
+    opt, raw = onnx_mini.prepare(m), onnx_mini.prepare(m, optimize=False)
+    assert steps(opt) == [("", "Conv")]
+    np.testing.assert_allclose(opt.run({"x": x, "w": w2})[0], raw.run({"x": x, "w": w2})[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(opt.run({"x": x})[0], raw.run({"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+# -- activation fusion ---------------------------------------------------------------------------------
+
+ACTIVATIONS = [
+    ("Relu", [], {}), ("LeakyRelu", [], {"alpha": 0.2}), ("LeakyRelu", [], {"alpha": 3.0}),
+    ("Sigmoid", [], {}), ("Tanh", [], {}), ("HardSigmoid", [], {"alpha": 0.3, "beta": 0.4}),
+    ("HardSwish", [], {}), ("Clip", ["lo", "hi"], {}), ("Clip", ["", "hi"], {}),
+]
+
+
+@pytest.mark.parametrize("act, extra, attrs", ACTIVATIONS)
+@pytest.mark.parametrize("producer", ["Conv", "Gemm", "MatMul"])
+def test_product_plus_activation_is_one_step(producer, act, extra, attrs):
+    if producer == "Conv":
+        prod = helper.make_node("Conv", ["x", "w", "b"], ["p"], pads=[1, 1, 1, 1])
+        w, b, shape = rand(4, 3, 3, 3), rand(4), [1, 3, 6, 6]
+    else:
+        prod = helper.make_node(producer, ["x", "w", "b"] if producer == "Gemm" else ["x", "w"], ["p"])
+        w, b, shape = rand(5, 4), rand(4), [3, 5]
+    nodes = [prod, helper.make_node(act, ["p", *extra], ["y"], **attrs)]
+    inits = [init("w", 3 * w), init("b", b), init("lo", np.float32(-0.5)), init("hi", np.float32(0.7))]
+    check(model(nodes, [("x", F, shape)], [("y", F, None)], inits), [rand(*shape)], [(FUSED, producer)])
+
+
+def test_matmul_add_relu_is_one_step_and_matmul_add_alone_too():
+    inits = [init("w", rand(2, 5, 4)), init("b", rand(4))]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p"]), helper.make_node("Add", ["b", "p"], ["s"]),
+             helper.make_node("Relu", ["s"], ["y"])]
+    check(model(nodes, [("x", F, None)], [("y", F, None)], inits), [rand(2, 3, 5)], [(FUSED, "MatMul")])
+    check(model(nodes[:2], [("x", F, None)], [("s", F, None)], inits), [rand(3, 5)], [(FUSED, "MatMul")])
+    # a bias that broadcasts the product to a larger shape still gives the Add's result
+    big = [init("w", rand(5, 4)), init("b", rand(2, 1, 4))]
+    check(model(nodes, [("x", F, None)], [("y", F, None)], big), [rand(3, 5)], [(FUSED, "MatMul")])
+
+
+def test_float16_and_float64_conv_relu():
+    for dt, et in ((np.float16, TensorProto.FLOAT16), (np.float64, TensorProto.DOUBLE)):
+        nodes = [helper.make_node("Conv", ["x", "w"], ["p"]), helper.make_node("Sigmoid", ["p"], ["y"])]
+        check(model(nodes, [("x", et, [1, 2, 4, 4])], [("y", et, None)], [init("w", rand(3, 2, 3, 3, dtype=dt))]),
+              [rand(1, 2, 4, 4, dtype=dt)], [(FUSED, "Conv")], rtol=1e-3, atol=1e-3)
+
+
+def test_activation_not_fused_when_its_input_has_two_consumers():
+    nodes = [helper.make_node("Conv", ["x", "w"], ["p"]), helper.make_node("Relu", ["p"], ["y"]),
+             helper.make_node("Exp", ["p"], ["z"])]
+    check(model(nodes, [("x", F, [1, 2, 4, 4])], [("y", F, None), ("z", F, None)], [init("w", rand(3, 2, 3, 3))]),
+          [rand(1, 2, 4, 4)], ["Conv", "Relu", "Exp"])
+
+
+def test_activation_not_fused_when_its_input_is_a_graph_output_or_captured_by_a_subgraph():
+    nodes = [helper.make_node("Conv", ["x", "w"], ["p"]), helper.make_node("Relu", ["p"], ["y"])]
+    inits = [init("w", rand(3, 2, 3, 3))]
+    check(model(nodes, [("x", F, [1, 2, 4, 4])], [("y", F, None), ("p", F, None)], inits), [rand(1, 2, 4, 4)],
+          ["Conv", "Relu"])
+    branch = helper.make_graph([helper.make_node("Neg", ["p"], ["q"])], "b", [],
+                               [helper.make_tensor_value_info("q", F, None)])
+    cond = init("cond", np.array(True))
+    nodes2 = nodes + [helper.make_node("If", ["cond"], ["z"], then_branch=branch, else_branch=branch)]
+    check(model(nodes2, [("x", F, [1, 2, 4, 4])], [("y", F, None), ("z", F, None)], inits + [cond]),
+          [rand(1, 2, 4, 4)], ["Conv", "Relu", "If"])
+
+
+def test_clip_with_non_constant_bounds_and_old_opsets_do_not_fuse():
+    nodes = [helper.make_node("Conv", ["x", "w"], ["p"]), helper.make_node("Clip", ["p", "lo"], ["y"])]
+    m = model(nodes, [("x", F, [1, 2, 4, 4]), ("lo", F, [])], [("y", F, None)], [init("w", rand(3, 2, 3, 3))])
+    check(m, [rand(1, 2, 4, 4), np.float32(0.1)], ["Conv", "Clip"])
+    # Gemm-6 (legacy broadcast) and Add-6 (legacy broadcast) are left alone
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["p"], broadcast=1), helper.make_node("Relu", ["p"], ["y"])]
+    m = model(nodes, [("x", F, [3, 5])], [("y", F, None)], [init("w", rand(5, 4)), init("b", rand(4))], opset=6)
+    check(m, [rand(3, 5)], ["Gemm", "Relu"])
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p"]), helper.make_node("Add", ["p", "b"], ["y"], broadcast=1)]
+    m = model(nodes, [("x", F, [3, 5])], [("y", F, None)], [init("w", rand(5, 4)), init("b", rand(4))], opset=6)
+    check(m, [rand(3, 5)], ["MatMul", "Add"])
+
+
+# -- patterns -----------------------------------------------------------------------------------
+
+def const(name, v):
+    return init(name, np.array(v, np.float32))
+
+
+def test_silu_alone_and_after_a_conv():
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["s", "x"], ["y"])]
+    check(model(nodes, [("x", F, None)], [("y", F, None)]), [rand(2, 7) * 10], [(FUSED, "Swish")])
+    nodes = [helper.make_node("Conv", ["i", "w"], ["x"])] + nodes
+    check(model(nodes, [("i", F, [1, 2, 4, 4])], [("y", F, None)], [init("w", rand(3, 2, 1, 1))]),
+          [rand(1, 2, 4, 4)], [(FUSED, "Conv")])
+
+
+@pytest.mark.parametrize("grouping", ["x_then_half", "half_then_x", "half_x_first"])
+@pytest.mark.parametrize("scale", ["div", "mul"])
+def test_gelu_erf_forms(grouping, scale):
+    pre = (helper.make_node("Div", ["x", "sqrt2"], ["t"]) if scale == "div"
+           else helper.make_node("Mul", ["inv_sqrt2", "x"], ["t"]))
+    nodes = [pre, helper.make_node("Erf", ["t"], ["e"]), helper.make_node("Add", ["e", "one"], ["a"])]
+    if grouping == "x_then_half":
+        nodes += [helper.make_node("Mul", ["x", "a"], ["m"]), helper.make_node("Mul", ["m", "half"], ["y"])]
+    elif grouping == "half_then_x":
+        nodes += [helper.make_node("Mul", ["a", "half"], ["m"]), helper.make_node("Mul", ["m", "x"], ["y"])]
+    else:
+        nodes += [helper.make_node("Mul", ["x", "half"], ["h"]), helper.make_node("Mul", ["h", "a"], ["y"])]
+    inits = [const("sqrt2", math.sqrt(2)), const("inv_sqrt2", 1 / math.sqrt(2)), const("one", 1.0),
+             const("half", 0.5)]
+    x = rand(3, 8) * 3
+    check(model(nodes, [("x", F, None)], [("y", F, None)], inits, opset=13), [x], [(FUSED, "Gelu")])
+    # hand-written formula
+    y = onnx_mini.prepare(model(nodes, [("x", F, None)], [("y", F, None)], inits, opset=13)).run([x])[0]
+    erf = np.vectorize(math.erf)
+    np.testing.assert_allclose(y, 0.5 * x * (1 + erf(x.astype(np.float64) / math.sqrt(2))), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("cube", ["pow", "mul"])
+def test_gelu_tanh_form(cube):
+    if cube == "pow":
+        c = [helper.make_node("Pow", ["x", "three"], ["c"])]
+    else:
+        c = [helper.make_node("Mul", ["x", "x"], ["xx"]), helper.make_node("Mul", ["xx", "x"], ["c"])]
+    nodes = c + [helper.make_node("Mul", ["c", "k1"], ["q"]), helper.make_node("Add", ["x", "q"], ["i"]),
+                 helper.make_node("Mul", ["i", "k2"], ["u"]), helper.make_node("Tanh", ["u"], ["t"]),
+                 helper.make_node("Add", ["t", "one"], ["a"]), helper.make_node("Mul", ["x", "a"], ["m"]),
+                 helper.make_node("Mul", ["m", "half"], ["y"])]
+    inits = [const("three", 3.0), const("k1", 0.044715), const("k2", math.sqrt(2 / math.pi)), const("one", 1.0),
+             const("half", 0.5)]
+    check(model(nodes, [("x", F, None)], [("y", F, None)], inits, opset=13), [rand(4, 5) * 3], [(FUSED, "Gelu")])
+
+
+def test_gelu_with_wrong_constant_is_not_fused():
+    nodes = [helper.make_node("Div", ["x", "c"], ["t"]), helper.make_node("Erf", ["t"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["a"]), helper.make_node("Mul", ["x", "a"], ["m"]),
+             helper.make_node("Mul", ["m", "half"], ["y"])]
+    inits = [const("c", 1.5), const("one", 1.0), const("half", 0.5)]
+    check(model(nodes, [("x", F, None)], [("y", F, None)], inits, opset=13), [rand(3)],
+          ["Div", "Erf", "Add", "Mul", "Mul"])
+
+
+def layer_norm_nodes(opset, square="pow"):
+    if opset >= 18:
+        rm = [helper.make_node("ReduceMean", ["x", "axes"], ["mu"]),
+              helper.make_node("ReduceMean", ["sq", "axes"], ["var"])]
+    else:
+        rm = [helper.make_node("ReduceMean", ["x"], ["mu"], axes=[-1]),
+              helper.make_node("ReduceMean", ["sq"], ["var"], axes=[-1])]
+    sq = (helper.make_node("Pow", ["d", "two"], ["sq"]) if square == "pow"
+          else helper.make_node("Mul", ["d", "d"], ["sq"]))
+    return [rm[0], helper.make_node("Sub", ["x", "mu"], ["d"]), sq, rm[1],
+            helper.make_node("Add", ["var", "eps"], ["ve"]), helper.make_node("Sqrt", ["ve"], ["std"]),
+            helper.make_node("Div", ["d", "std"], ["n"]), helper.make_node("Mul", ["n", "gamma"], ["g"]),
+            helper.make_node("Add", ["g", "beta"], ["y"])]
+
+
+LN_INITS = [const("two", 2.0), const("eps", 1e-5), init("gamma", rand(6)), init("beta", rand(6)),
+            init("axes", np.array([-1], np.int64))]
+
+
+@pytest.mark.parametrize("opset, square", [(13, "pow"), (18, "pow"), (17, "mul")])
+def test_layer_norm_pattern(opset, square):
+    m = model(layer_norm_nodes(opset, square), [("x", F, None)], [("y", F, None)], LN_INITS, opset=opset)
+    check(m, [rand(2, 3, 6) * 4 + 1], [(FUSED, "LayerNormalization")])
+    m = model(layer_norm_nodes(opset, square), [("x", TensorProto.DOUBLE, None)], [("y", TensorProto.DOUBLE, None)],
+              [numpy_helper.from_array(numpy_helper.to_array(i).astype(np.float64), i.name) if i.data_type == 1
+               else i for i in LN_INITS], opset=opset)
+    check(m, [rand(2, 6, dtype=np.float64)], [(FUSED, "LayerNormalization")], rtol=1e-12, atol=1e-12)
+
+
+def test_layer_norm_pattern_not_fused_when_an_intermediate_is_an_output():
+    m = model(layer_norm_nodes(13), [("x", F, None)], [("y", F, None), ("std", F, None)], LN_INITS, opset=13)
+    check(m, [rand(2, 6)], ["ReduceMean", "Sub", "Pow", "ReduceMean", "Add", "Sqrt", "Div", "Mul", "Add"])
+
+
+@pytest.mark.parametrize("mask, scale_op", [(True, "Div"), (False, "Mul"), (True, None)])
+def test_attention_block(mask, scale_op):
+    d = 8
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["s0"])]
+    cur = "s0"
+    if scale_op:
+        nodes.append(helper.make_node(scale_op, [cur, "c"], ["s1"]))
+        cur = "s1"
+    if mask:
+        nodes.append(helper.make_node("Add", ["m", cur], ["s2"]))
+        cur = "s2"
+    nodes += [helper.make_node("Softmax", [cur], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["y"])]
+    c = math.sqrt(d) if scale_op == "Div" else 1 / math.sqrt(d)
+    inits = [const("c", c)]
+    ins = [("q", F, None), ("k", F, None), ("v", F, None)] + ([("m", F, None)] if mask else [])
+    feeds = [rand(2, 3, 5, d), rand(2, 3, 7, d), rand(2, 3, 7, 4)]
+    if mask:
+        m = np.zeros((1, 1, 5, 7), np.float32)
+        m[..., 5:] = -np.inf
+        feeds.append(m)
+    check(model(nodes, ins, [("y", F, None)], inits, opset=13), feeds, [(FUSED, "Attention")])
+
+
+def test_softmax_over_another_axis_is_not_attention():
+    nodes = [helper.make_node("MatMul", ["q", "k"], ["s"]), helper.make_node("Softmax", ["s"], ["p"], axis=1),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    check(model(nodes, [("q", F, None), ("k", F, None), ("v", F, None)], [("y", F, None)], opset=13),
+          [rand(2, 4, 3), rand(2, 3, 4), rand(2, 4, 5)], ["MatMul", "Softmax", "MatMul"])
+
+
+# -- static shape chains -----------------------------------------------------------------------------
+
+def shape_chain_model(dims):
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]),
+             helper.make_node("Shape", ["xt"], ["s"]),
+             helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+             helper.make_node("Unsqueeze", ["n", "zero1"], ["n1"]),
+             helper.make_node("Concat", ["n1", "minus1"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["xt", "shape"], ["y"])]
+    inits = [init("zero", np.array(0, np.int64)), init("zero1", np.array([0], np.int64)),
+             init("minus1", np.array([-1], np.int64))]
+    return model(nodes, [("x", F, dims)], [("y", F, None)], inits, opset=13)
+
+
+def test_shape_chain_folds_when_the_input_shape_is_static():
+    check(shape_chain_model([2, 3, 4]), [rand(2, 3, 4)], ["Transpose", "Reshape"])
+    with pytest.raises(onnx_mini.errors.InputError):      # the declared shape is enforced at run
+        onnx_mini.prepare(shape_chain_model([2, 3, 4])).run([rand(3, 3, 4)])
+
+
+def test_shape_chain_stays_with_a_symbolic_dim():
+    check(shape_chain_model(["N", 3, 4]), [rand(5, 3, 4)], ["Transpose", "Shape", "Gather", "Unsqueeze", "Concat",
+                                                             "Reshape"])
+
+
+# -- modes -----------------------------------------------------------------------------------------
+
+def test_optimize_false_runs_the_graph_as_written():
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), bn("c", "n"), helper.make_node("Relu", ["n"], ["y"]),
+             helper.make_node("Exp", ["x"], ["unused"])]
+    inits = [init("w", rand(4, 2, 1, 1))] + bn_inits("bn", 4)
+    raw = onnx_mini.prepare(model(nodes, [("x", F, [1, 2, 3, 3])], [("y", F, None)], inits), optimize=False)
+    assert [i.op_type for i in raw.plan.infos] == ["Conv", "BatchNormalization", "Relu", "Exp"]
+
+
+# -- per-channel scale and shift after a BatchNormalization, BN + activation ------------------------
+
+def affine_nodes(c_shape=(4, 1, 1)):
+    return [bn("x", "n"), helper.make_node("Mul", ["n", "c"], ["m"]), helper.make_node("Add", ["d", "m"], ["a"]),
+            helper.make_node("Relu", ["a"], ["y"])], [init("c", rand(*c_shape)), init("d", rand(*c_shape))]
+
+
+def test_batchnorm_mul_add_relu_becomes_one_channel_affine_step():
+    nodes, extra = affine_nodes()
+    check(model(nodes, [("x", F, [2, 4, 3, 3])], [("y", F, None)], bn_inits("bn", 4) + extra), [rand(2, 4, 3, 3)],
+          [(FUSED, "ChannelAffine")])
+
+
+def test_conv_batchnorm_mul_add_relu_becomes_one_conv_step():
+    nodes, extra = affine_nodes()
+    nodes = [helper.make_node("Conv", ["i", "w"], ["x"])] + nodes
+    inits = [init("w", rand(4, 2, 3, 3))] + bn_inits("bn", 4) + extra
+    check(model(nodes, [("i", F, None)], [("y", F, None)], inits), [rand(1, 2, 5, 5)], [(FUSED, "Conv")])
+
+
+def test_batchnorm_scale_shift_not_folded_without_rank_or_per_channel_shape():
+    nodes, extra = affine_nodes()
+    check(model(nodes, [("x", F, None)], [("y", F, None)], bn_inits("bn", 4) + extra), [rand(2, 4, 3, 3)],
+          ["BatchNormalization", "Mul", "Add", "Relu"])
+    nodes, extra = affine_nodes((1, 1, 3))
+    check(model(nodes, [("x", F, [2, 4, 3, 3])], [("y", F, None)], bn_inits("bn", 4) + extra), [rand(2, 4, 3, 3)],
+          ["BatchNormalization", "Mul", "Add", "Relu"])
+
+
+def test_batchnorm_float16_with_activation():
+    h = TensorProto.FLOAT16
+    nodes = [bn("x", "n"), helper.make_node("Sigmoid", ["n"], ["y"])]
+    inits = [numpy_helper.from_array(numpy_helper.to_array(i).astype(np.float16), i.name) for i in bn_inits("bn", 3)]
+    check(model(nodes, [("x", h, [2, 3, 4])], [("y", h, None)], inits), [rand(2, 3, 4, dtype=np.float16)],
+          [(FUSED, "ChannelAffine")], rtol=2e-3, atol=2e-3)
+
+
+# -- Conv + residual ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op, opset", [("Add", 13), ("Sum", 13), ("Sum", 6)])
+def test_conv_bn_plus_residual_plus_relu_is_one_step(op, opset):
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             bn("c", "n", **({"is_test": 1} if opset < 7 else {})),
+             helper.make_node(op, ["x", "n"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+    inits = [init("w", rand(3, 3, 3, 3))] + bn_inits("bn", 3)
+    check(model(nodes, [("x", F, [1, 3, 5, 5])], [("y", F, None)], inits, opset=opset, ir_version=3 if opset < 7
+                else 10), {"x": rand(1, 3, 5, 5)}, [(FUSED, "Conv")])
+
+
+def test_conv_plus_residual_that_broadcasts_larger_and_not_when_the_conv_output_is_needed():
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Add", ["c", "z"], ["y"])]
+    inits = [init("w", rand(3, 2, 1, 1))]
+    check(model(nodes, [("x", F, [1, 2, 4, 4]), ("z", F, None)], [("y", F, None)], inits),
+          [rand(1, 2, 4, 4), rand(2, 3, 4, 4)], [(FUSED, "Conv")])
+    check(model(nodes, [("x", F, [1, 2, 4, 4]), ("z", F, None)], [("y", F, None), ("c", F, None)], inits),
+          [rand(1, 2, 4, 4), rand(1, 3, 4, 4)], ["Conv", "Add"])
+
+
+def test_a_failing_pass_leaves_the_graph_as_written(monkeypatch):
+    import onnx_mini.optimize as opt  # noqa: PLC0415
+
+    def broken(ctx):
+        raise KeyError("boom")
+    monkeypatch.setattr(opt, "fuse_activations", broken)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["p"]), helper.make_node("Relu", ["p"], ["y"])]
+    m = model(nodes, [("x", F, [1, 2, 4, 4])], [("y", F, None)], [init("w", rand(3, 2, 3, 3))])
+    with pytest.warns(opt.OptimizationWarning, match="boom"):
+        check(m, [rand(1, 2, 4, 4)], ["Conv", "Relu"])
+
+
+def test_subgraph_bodies_are_optimised_with_outer_values_left_variable():
+    """An If branch holding MatMul + Add + Relu over an outer value: fused inside the branch, and the
+    outer value (not a constant of the branch) is read at run time."""
+    body_nodes = [helper.make_node("MatMul", ["x", "w"], ["p"]), helper.make_node("Add", ["p", "b"], ["s"]),
+                  helper.make_node("Relu", ["s"], ["out"])]
+    then = helper.make_graph(body_nodes, "then", [], [helper.make_tensor_value_info("out", F, None)],
+                             [init("w", rand(5, 4)), init("b", rand(4))])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["out2"])], "else", [],
+                              [helper.make_tensor_value_info("out2", F, None)])
+    nodes = [helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
+    m = model(nodes, [("c", TensorProto.BOOL, []), ("x", F, [3, 5])], [("y", F, None)])
+    opt = check(m, [np.array(True), rand(3, 5)], ["If"])
+    from onnx_mini import loader  # noqa: PLC0415
+    from onnx_mini.plan import build_plan  # noqa: PLC0415
+    loaded = loader.load(m)
+    branch = loaded.graph.nodes[0].attrs["then_branch"]
+    plan = build_plan(branch, loaded.opsets, outer_scope=("x",))
+    assert [(i.domain, i.op_type) for i in plan.infos] == [(FUSED, "MatMul")]
+    np.testing.assert_allclose(opt.run([np.array(False), np.ones((3, 5), np.float32)])[0], -np.ones((3, 5)))

@@ -1,0 +1,80 @@
+"""Prepare-time graph optimisation, on the plain Graph objects (no protobuf), before resolution.
+
+`optimize_graph(graph, opsets, functions)` returns an equivalent graph; build_plan calls it when
+optimize=True. The passes (each in its own module) rewrite only ops of the default domain at the
+versions whose semantics they know, never touch a value that is a graph output, read by another node
+or captured by a subgraph, and keep results within the official tolerances:
+
+- patterns.py: LayerNormalization, Gelu (Erf and Tanh forms), SiLU and softmax(QK'/sqrt(d) + mask)V
+  written as elementary ops become one kernel each;
+- shapes.py: Shape of a value whose shape is fixed before run becomes a constant, so the
+  Shape -> Gather -> Concat -> Reshape chains after it fold;
+- fold_batchnorm.py: a per-channel Mul / Add after an inference BatchNormalization folded into its
+  scale and bias; the BatchNormalization then folded into a preceding Conv / ConvTranspose / Gemm /
+  MatMul with constant weights (new weights and bias initializers);
+- fuse.py: MatMul + Add bias, Conv + Add / Sum residual, and Conv / Gemm / MatMul / BatchNormalization
+  + activation (Relu, Clip, LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Tanh, SiLU), one step each;
+- dead_code.py: nodes and initializers nothing reads any more.
+
+The rewritten nodes use the private domain FUSED_DOMAIN (kernels.py), which optimize_graph's caller
+adds to the opsets (`with_fused_domain`).
+"""
+from __future__ import annotations
+
+import warnings
+
+from ..graph import Graph
+from ._context import FUSED_DOMAIN, Context
+from .dead_code import eliminate_dead_nodes
+from .fold_batchnorm import fold_affine_into_batchnorm, fold_batchnorm
+from .fuse import fuse_activations, fuse_conv_add, fuse_matmul_add
+from .patterns import fuse_patterns
+from .shapes import fold_static_shapes
+from . import kernels  # noqa: F401  (registers the fused kernels)
+
+__all__ = ["FUSED_DOMAIN", "OptimizationWarning", "optimize_graph", "with_fused_domain", "PASSES"]
+
+PASSES = ("dead_code", "shapes", "patterns", "fold_batchnorm", "fuse")
+
+
+def with_fused_domain(opsets: dict[str, int]) -> dict[str, int]:
+    return opsets if FUSED_DOMAIN in opsets else {**opsets, FUSED_DOMAIN: 1}
+
+
+class OptimizationWarning(RuntimeWarning):
+    """A pass failed on this graph (a bug in the pass): the graph runs as written instead."""
+
+
+def optimize_graph(graph: Graph, opsets: dict[str, int], functions=None, *, outer_scope=(),
+                   static_inputs: bool = False, passes=None) -> Graph:
+    """The graph with the passes applied (the input graph is not modified).
+    static_inputs: the graph inputs' declared fixed dims are checked at run (a top-level graph).
+    passes: names from PASSES to run (default: the module's PASSES)."""
+    if not graph.nodes:
+        return graph
+    try:
+        return _optimize(graph, opsets, functions, outer_scope, static_inputs, PASSES if passes is None else passes)
+    except Exception as e:      # never let an optimiser bug stop a model that runs as written
+        warnings.warn(f"graph optimisation of {graph.name!r} failed ({type(e).__name__}: {e}); the graph runs "
+                      "as written", OptimizationWarning, stacklevel=2)
+        return graph
+
+
+def _optimize(graph, opsets, functions, outer_scope, static_inputs, passes) -> Graph:
+    ctx = Context(graph, opsets, functions, outer_scope, static_inputs)
+    if "dead_code" in passes:
+        eliminate_dead_nodes(ctx)
+    if "shapes" in passes:
+        fold_static_shapes(ctx)
+    if "patterns" in passes:
+        fuse_patterns(ctx)
+    if "fold_batchnorm" in passes:
+        fold_affine_into_batchnorm(ctx)
+        fold_batchnorm(ctx)
+    if "fuse" in passes:
+        fuse_matmul_add(ctx)
+        fuse_conv_add(ctx)
+        fuse_activations(ctx)
+    if "dead_code" in passes:
+        eliminate_dead_nodes(ctx)
+    return ctx.graph_result()

@@ -1,0 +1,211 @@
+"""BatchNormalization in inference form folded into the Conv / ConvTranspose / Gemm / MatMul before it.
+
+    y = (p(x) - mean) * a + bias,  a = scale / sqrt(var + epsilon)   (per output channel, axis 1)
+
+becomes p'(x) with the weights' output channels scaled by `a` and the bias (B, C, or a new one)
+replaced by (B - mean) * a + bias. Only when the producer's output feeds the BN alone (no graph output,
+no other reader), its weights and bias and every BN parameter are constants, and the weights are
+float32/float64 (folding computes in float64 and rounds once). MatMul folds only when its output is
+known to be 2-D (BN's channel axis is then MatMul's last one); it becomes a fused MatMul with a bias.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from ._context import Context
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def inference_bn(ctx: Context, bn) -> float | None:
+    """epsilon if `bn` is a BatchNormalization in inference form (one output, per-channel), else None."""
+    v = ctx.version(bn) if ctx.is_op(bn, "BatchNormalization") else None
+    if v is None or len([o for o in bn.outputs if o]) != 1 or bn.outputs[0] == "" or len(bn.inputs) != 5:
+        return None
+    a = bn.attrs
+    if v in (1, 6) and (not a.get("is_test", 0) or a.get("spatial", 1) != 1):
+        return None
+    if v == 7 and a.get("spatial", 1) != 1:
+        return None
+    if v >= 14 and a.get("training_mode", 0):
+        return None
+    if v not in (1, 6, 7, 9, 14, 15):
+        return None
+    return float(a.get("epsilon", 1e-5))
+
+
+def _batchnorms(ctx: Context):
+    """(node, epsilon) for each live inference BatchNormalization (the list may change meanwhile)."""
+    for bn in list(ctx.nodes):
+        if ctx.alive(bn) and bn.inputs and bn.inputs[0]:
+            eps = inference_bn(ctx, bn)
+            if eps is not None:
+                yield bn, eps
+
+
+def fold_batchnorm(ctx: Context) -> bool:
+    changed = False
+    for bn, eps in _batchnorms(ctx):
+        prod = ctx.producer.get(bn.inputs[0])
+        if (prod is None or not ctx.only_consumer(bn.inputs[0], bn)
+                or not any(ctx.is_op(prod, op) for op in ("Conv", "ConvTranspose", "Gemm", "MatMul"))):
+            continue
+        params = [ctx.value(x) for x in bn.inputs[1:]]
+        if any(not isinstance(p, np.ndarray) or p.ndim != 1 or p.dtype.kind != "f" for p in params):
+            continue
+        scale, bias, mean, var = (p.astype(np.float64) for p in params)
+        if not len(scale) == len(bias) == len(mean) == len(var):
+            continue
+        a = scale / np.sqrt(var + eps)
+        shift = bias - mean * a
+        for fold in (_conv, _conv_transpose, _gemm, _matmul):
+            new = fold(ctx, prod, a, mean, bias, shift)
+            if new is not None:
+                ctx.replace([prod, bn], [replace(new, outputs=bn.outputs)])
+                changed = True
+                break
+    return changed
+
+
+def _weights(ctx: Context, name: str, dims: int | None = None):
+    w = ctx.value(name) if name else None
+    if not isinstance(w, np.ndarray) or w.dtype not in _FLOATS or (dims is not None and w.ndim != dims):
+        return None
+    return w
+
+
+def _bias(ctx: Context, node, index: int, m: int):
+    """The node's bias input as a float64 (m,) vector (zeros when omitted); None if not a constant of that shape."""
+    if len(node.inputs) <= index or not node.inputs[index]:
+        return np.zeros(m)
+    b = ctx.value(node.inputs[index])
+    if not isinstance(b, np.ndarray) or b.shape != (m,) or b.dtype.kind != "f":
+        return None
+    return b.astype(np.float64)
+
+
+def _conv(ctx, node, a, mean, bias, shift):
+    if not ctx.is_op(node, "Conv", (1, 11, 22)) or len(node.inputs) < 2:
+        return None
+    w = _weights(ctx, node.inputs[1])
+    if w is None or w.ndim < 3 or w.shape[0] != len(a):
+        return None
+    b = _bias(ctx, node, 2, len(a))
+    if b is None:
+        return None
+    w2 = (w * a.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+    b2 = (b * a + shift).astype(w.dtype)
+    return replace(node, inputs=(node.inputs[0], ctx.add_initializer(node.inputs[1], w2),
+                                 ctx.add_initializer(node.inputs[1] + "_bias", b2)))
+
+
+def _conv_transpose(ctx, node, a, mean, bias, shift):
+    if not ctx.is_op(node, "ConvTranspose", (1, 11, 22)) or len(node.inputs) < 2:
+        return None
+    w = _weights(ctx, node.inputs[1])
+    g = int(node.attrs.get("group", 1))
+    if w is None or w.ndim < 3 or g < 1 or w.shape[0] % g or w.shape[1] * g != len(a):
+        return None
+    b = _bias(ctx, node, 2, len(a))
+    if b is None:
+        return None
+    k = w.shape[2:]
+    scaled = w.reshape(g, w.shape[0] // g, w.shape[1], *k) * a.reshape(g, 1, w.shape[1], *(1,) * len(k))
+    w2 = scaled.reshape(w.shape).astype(w.dtype)
+    b2 = (b * a + shift).astype(w.dtype)
+    return replace(node, inputs=(node.inputs[0], ctx.add_initializer(node.inputs[1], w2),
+                                 ctx.add_initializer(node.inputs[1] + "_bias", b2)))
+
+
+def _gemm(ctx, node, a, mean, bias, shift):
+    if not ctx.is_op(node, "Gemm", (7, 9, 11, 13)) or len(node.inputs) < 2:
+        return None
+    w = _weights(ctx, node.inputs[1], 2)
+    n = len(a)
+    trans_b = int(node.attrs.get("transB", 0))
+    if w is None or (w.shape[0] if trans_b else w.shape[1]) != n:
+        return None
+    beta = float(node.attrs.get("beta", 1.0))
+    if len(node.inputs) > 2 and node.inputs[2]:
+        c = ctx.value(node.inputs[2])
+        if not isinstance(c, np.ndarray) or c.dtype.kind != "f" or c.ndim > 2 or (c.ndim and c.shape[-1] not in (1, n)):
+            return None
+        c2 = (c.astype(np.float64) * beta) * a + shift        # broadcasts to (n,) or (M, n)
+    else:
+        c2 = shift
+    w2 = (w * (a[:, None] if trans_b else a[None, :])).astype(w.dtype)
+    return replace(node, inputs=(node.inputs[0], ctx.add_initializer(node.inputs[1], w2),
+                                 ctx.add_initializer(node.inputs[1] + "_bias", c2.astype(w.dtype))),
+                   attrs={**node.attrs, "beta": 1.0})
+
+
+def _matmul(ctx, node, a, mean, bias, shift):
+    if not ctx.is_op(node, "MatMul", (1, 9, 13)) or ctx.rank(node.inputs[0]) != 2:
+        return None
+    w = _weights(ctx, node.inputs[1], 2)
+    if w is None or w.shape[1] != len(a):
+        return None
+    w2 = (w * a[None, :]).astype(w.dtype)
+    return ctx.fused_node(node, "MatMul", (node.inputs[0], ctx.add_initializer(node.inputs[1], w2),
+                                           ctx.add_initializer(node.inputs[1] + "_bias", shift.astype(w.dtype))),
+                          node.outputs, {})
+
+
+def fold_affine_into_batchnorm(ctx: Context) -> bool:
+    """BatchNormalization followed by a Mul and/or an Add of per-channel constants (what some exporters
+    emit for a scale-and-shift after the normalisation): the constants fold into scale and bias,
+    scale' = scale * c and bias' = bias * c + d. Needs the BN input's rank, to be sure the constants
+    line up with axis 1."""
+    changed = False
+    for bn, _ in _batchnorms(ctx):
+        params = [ctx.value(x) for x in bn.inputs[1:3]]
+        if any(not isinstance(p, np.ndarray) or p.ndim != 1 or p.dtype.kind != "f" for p in params):
+            continue
+        rank = ctx.rank(bn.inputs[0])
+        if rank is None or rank < 2:
+            continue
+        scale, bias = (p.astype(np.float64) for p in params)
+        nodes, last = [bn], bn
+        mul = ctx.single_user(bn.outputs[0])
+        if ctx.is_op(mul, "Mul", (7, 13, 14)):
+            c = _per_channel(ctx, _other_input(mul, last.outputs[0]), rank, len(scale))
+            if c is not None:
+                scale, bias = scale * c, bias * c
+                nodes.append(mul)
+                last = mul
+        add = ctx.single_user(last.outputs[0]) if last.outputs[0] else None
+        if ctx.is_op(add, "Add", (7, 13, 14)):
+            d = _per_channel(ctx, _other_input(add, last.outputs[0]), rank, len(scale))
+            if d is not None:
+                bias = bias + d
+                nodes.append(add)
+                last = add
+        if len(nodes) == 1:
+            continue
+        s_name = ctx.add_initializer(bn.inputs[1], scale.astype(params[0].dtype))
+        b_name = ctx.add_initializer(bn.inputs[2], bias.astype(params[1].dtype))
+        new = replace(bn, inputs=(bn.inputs[0], s_name, b_name, *bn.inputs[3:]), outputs=last.outputs)
+        ctx.replace(nodes, [new])
+        changed = True
+    return changed
+
+
+def _other_input(node, name: str) -> str:
+    if len(node.inputs) != 2 or name not in node.inputs or node.inputs[0] == node.inputs[1]:
+        return ""
+    return node.inputs[1] if node.inputs[0] == name else node.inputs[0]
+
+
+def _per_channel(ctx: Context, name: str, rank: int, channels: int):
+    """A float constant that broadcasts along axis 1 only of a rank-`rank` tensor, as a (channels,)
+    float64 vector; None otherwise."""
+    v = ctx.value(name) if name else None
+    if not isinstance(v, np.ndarray) or v.dtype.kind != "f" or v.ndim > rank:
+        return None
+    shape = (1,) * (rank - v.ndim) + v.shape
+    if any(d != 1 for i, d in enumerate(shape) if i != 1) or shape[1] not in (1, channels):
+        return None
+    return np.broadcast_to(v.reshape(-1).astype(np.float64), (channels,)) if v.size > 1 else \
+        np.full(channels, float(v.reshape(-1)[0]) if v.size else 0.0)

@@ -1,0 +1,241 @@
+"""Internal kernels of the private domain "onnx_mini.fused": what the optimiser's rewrites run.
+
+Conv, Gemm, MatMul: the existing kernel code (imported, never copied), then the extra work in place
+on the buffer that code just allocated: a residual / bias added (Conv Z, MatMul bias) and the
+activation (Relu, Clip, LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Tanh, Swish). Float32/float64
+results are changed in place; float16/bfloat16 go through float32 and round back once (as the
+activation kernels do); integer results (MatMul) take Relu/Clip in place. A result that is not our
+own buffer (read-only, or sharing memory with an input) is copied first.
+ChannelAffine: inference BatchNormalization with its factor and shift computed at prepare time.
+Swish, Gelu, LayerNormalization: the standard kernels, for models whose opset predates the op.
+Attention: softmax(Q K' / c + mask) V with the scores worked on in place.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import InvalidValueError
+from ..ops._common import UPCAST
+from ..ops.math.activations import gelu_20, swish_24
+from ..ops.math.matmul import gemm_11, matmul_1
+from ..ops.nn.conv import conv_1
+from ..ops.nn.normalization import layer_normalization_17
+from ..registry import kernel, resolve
+from ._context import FUSED_DOMAIN
+
+_INPLACE = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _activation(name: str, params):
+    """The function applying activation `name` in place on a float32/float64 (or, Relu/Clip, integer) array."""
+    p = tuple(params)
+    if name == "Relu":
+        return lambda y: np.maximum(y, 0, out=y)
+    if name == "Clip":
+        lo, hi = p
+
+        def clip(y):
+            if lo is not None:
+                np.maximum(y, y.dtype.type(lo), out=y)
+            if hi is not None:
+                np.minimum(y, y.dtype.type(hi), out=y)
+        return clip
+    if name == "LeakyRelu":
+        (alpha,) = p
+        pick = np.maximum if alpha <= 1 else np.minimum
+        return lambda y: pick(y, np.multiply(y, alpha), out=y)
+    if name == "Sigmoid":
+        return _sigmoid_inplace
+    if name == "Tanh":
+        return lambda y: np.tanh(y, out=y)
+    if name in ("HardSigmoid", "HardSwish"):
+        alpha, beta = p if name == "HardSigmoid" else (1.0 / 6.0, 0.5)
+
+        def hard(y):
+            t = np.multiply(y, alpha) if name == "HardSwish" else np.multiply(y, alpha, out=y)
+            t += beta
+            np.minimum(t, 1, out=t)
+            np.maximum(t, 0, out=t)
+            if name == "HardSwish":
+                y *= t
+        return hard
+    if name == "Swish":      # x * sigmoid(x): SiLU recognised by the optimiser
+        def swish(y):
+            t = y.copy()
+            _sigmoid_inplace(t)
+            y *= t
+        return swish
+    raise ValueError(f"unknown fused activation {name!r}")
+
+
+def _sigmoid_inplace(y):
+    with np.errstate(over="ignore"):      # exp(-y) is inf for very negative y: 1 / (1 + inf) = 0
+        np.negative(y, out=y)
+        np.exp(y, out=y)
+    y += 1
+    np.reciprocal(y, out=y)
+
+
+def _finisher(activation: str, params):
+    """-> finish(y, *inputs): y with the activation applied, in place when y is our own buffer."""
+    if not activation:
+        return None
+    act = _activation(activation, params)
+    ints_ok = activation in ("Relu", "Clip")
+
+    def finish(y, *inputs):
+        dt = y.dtype
+        if dt in UPCAST:
+            t = y.astype(np.float32)
+            act(t)
+            return t.astype(dt)
+        if dt not in _INPLACE and not (ints_ok and dt.kind in "iu"):
+            raise ValueError(f"activation {activation} is not defined for {dt}")
+        if not y.flags.writeable or any(np.may_share_memory(y, i) for i in inputs if isinstance(i, np.ndarray)):
+            y = y.copy()
+        act(y)
+        return y
+    return finish
+
+
+def _with(fn, finish):
+    if finish is None:
+        return fn
+
+    def run(*args):
+        return finish(fn(*args), *args)
+    return run
+
+
+@kernel("Conv", since=1, domain=FUSED_DOMAIN, multi_output=False)
+def fused_conv(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None,
+               activation="", activation_params=()):
+    """Conv, plus a residual Z (an Add / Sum folded in: in place when it keeps the output's shape), then
+    the activation in place."""
+    conv = conv_1(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
+                  strides=strides)
+
+    def run(x, w, b=None, z=None):
+        y = conv(x, w, b)
+        if z is not None:
+            y = _add_into(y, z, x, w, b)
+        return y
+    return _with(run, _finisher(activation, activation_params))
+
+
+def _add_into(y, z, *inputs):
+    """y + z, written into y when y is our own buffer of the result's shape and type."""
+    if z.dtype != y.dtype:
+        raise InvalidValueError(f"the added input ({z.dtype}) must have the product's type ({y.dtype})")
+    if (y.flags.writeable and np.broadcast_shapes(y.shape, z.shape) == y.shape
+            and not any(np.may_share_memory(y, i) for i in (*inputs, z) if isinstance(i, np.ndarray))):
+        y += z
+        return y
+    return np.asarray(y + z)
+
+
+@kernel("Gemm", since=1, domain=FUSED_DOMAIN, multi_output=False)
+def fused_gemm(*, alpha=1.0, beta=1.0, transA=0, transB=0, activation="", activation_params=()):
+    """Gemm (opset 7+ semantics), then the activation in place."""
+    return _with(gemm_11(alpha=alpha, beta=beta, transA=transA, transB=transB),
+                 _finisher(activation, activation_params))
+
+
+@kernel("MatMul", since=1, domain=FUSED_DOMAIN, multi_output=False)
+def fused_matmul(*, activation="", activation_params=()):
+    """MatMul, plus a bias (an Add folded in: numpy broadcasting, in place when it keeps the product's
+    shape), then the activation in place."""
+    mm = matmul_1()
+
+    def run(a, b, bias=None):
+        y = mm(a, b)
+        return y if bias is None else _add_into(y, bias, a, b)
+    return _with(run, _finisher(activation, activation_params))
+
+
+@kernel("Swish", since=1, domain=FUSED_DOMAIN, multi_output=False)
+def fused_silu():
+    """x * Sigmoid(x) written as two nodes."""
+    return swish_24(alpha=1.0)
+
+
+@kernel("Gelu", since=1, domain=FUSED_DOMAIN, multi_output=False)
+def fused_gelu(*, approximate="none"):
+    """Gelu written with Erf (approximate='none') or Tanh ('tanh') as elementary nodes."""
+    return gelu_20(approximate=approximate)
+
+
+@kernel("LayerNormalization", since=1, domain=FUSED_DOMAIN, multi_output=False)
+def fused_layer_norm(*, axis=-1, epsilon=1e-5):
+    """LayerNormalization written as ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div/Mul/Add (the stash type
+    is the input's own when it is float64, float32 otherwise)."""
+    f32 = layer_normalization_17(axis=axis, epsilon=epsilon, stash_type=1, _n_outputs=1)
+
+    def run(x, scale, bias):
+        if x.dtype == np.float64:
+            return _layer_norm_f64(x, scale, bias, axis, epsilon)
+        return f32(x, scale, bias)[0]
+    return run
+
+
+def _layer_norm_f64(x, scale, bias, axis, epsilon):
+    """float64 all the way, as the elementary nodes compute it (LayerNormalization-17 stashes in float32)."""
+    axes = tuple(range(axis % x.ndim, x.ndim))
+    d = x - x.mean(axis=axes, keepdims=True)
+    var = np.mean(d * d, axis=axes, keepdims=True)
+    d /= np.sqrt(var + epsilon)
+    d *= scale
+    d += bias
+    return d
+
+
+@kernel("Attention", since=1, domain=FUSED_DOMAIN, multi_output=False)
+def fused_attention(*, scale=1.0, divide=0, transpose_k=0):
+    """softmax(Q @ K' / scale + mask) @ V (or * scale), softmax over the last axis, K' = K (already
+    transposed) or, with transpose_k, K with its last two axes swapped. float32/float64 scores are one
+    buffer worked on in place; other types run the Softmax-13 kernel on the scores as the nodes would."""
+    c = float(scale)
+    other_softmax = resolve("", "Softmax", 13).kernel.factory(axis=-1)
+    mm = matmul_1()
+
+    def run(q, k, v, mask=None):
+        scores = mm(q, k.swapaxes(-1, -2) if transpose_k else k)
+        dt = scores.dtype
+        if dt not in _INPLACE:
+            scores = scores / dt.type(c) if divide else scores * dt.type(c)
+            if mask is not None:
+                scores = scores + mask
+            return mm(other_softmax(np.asarray(scores, dtype=dt)), v)
+        if divide:
+            scores /= dt.type(c)
+        elif c != 1.0:
+            scores *= dt.type(c)
+        if mask is not None:
+            if mask.dtype == dt and np.broadcast_shapes(scores.shape, mask.shape) == scores.shape:
+                scores += mask
+            else:
+                scores = np.asarray(scores + mask)
+        if scores.size:
+            scores -= scores.max(axis=-1, keepdims=True)
+            np.exp(scores, out=scores)
+            scores /= scores.sum(axis=-1, keepdims=True)
+        return mm(scores, v)
+    return run
+
+
+@kernel("ChannelAffine", since=1, domain=FUSED_DOMAIN, multi_output=False)
+def fused_channel_affine(*, activation="", activation_params=()):
+    """x * a + b per channel (axis 1): an inference BatchNormalization with its per-channel factor and
+    shift computed once at prepare time, then the activation in place. Computed in x's type (float32
+    for float16/bfloat16, rounded back once), as BatchNormalization does."""
+    finish = _finisher(activation, activation_params)
+
+    def run(x, a, b):
+        if x.ndim < 2 or x.shape[1] != a.shape[0]:
+            raise InvalidValueError(f"X of shape {list(x.shape)} does not have {a.shape[0]} channels on axis 1")
+        shape = (-1,) + (1,) * (x.ndim - 2)
+        y = np.multiply(x.astype(np.float32) if x.dtype in UPCAST else x, a.reshape(shape))
+        y += b.reshape(shape)
+        y = y.astype(x.dtype, copy=False)
+        return y if finish is None else finish(y)
+    return run

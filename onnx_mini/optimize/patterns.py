@@ -1,0 +1,313 @@
+"""Patterns written as elementary ops by exporters, run by one kernel of the private domain each.
+
+- SiLU / Swish:  Mul(x, Sigmoid(x))                                  -> Swish(x)
+- Gelu (erf):    x * 0.5 * (1 + Erf(x / sqrt(2)))  (Div by sqrt 2 or Mul by 1/sqrt 2; the three products
+                 in any grouping)                                      -> Gelu(x)
+- Gelu (tanh):   x * 0.5 * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))  (Pow(x, 3) or x*x*x)
+                                                                       -> Gelu(x, approximate='tanh')
+- LayerNorm:     ReduceMean, Sub, Pow 2 (or Mul d*d), ReduceMean, Add eps, Sqrt, Div, Mul scale, Add bias
+                                                                       -> LayerNormalization(x, scale, bias)
+- attention:     MatMul(Softmax(MatMul(Q, K') [/ c or * c] [+ mask]), V), softmax over the last axis
+                                                                       -> Attention(Q, K, V[, mask])
+
+Every intermediate must be read by the next node of the pattern alone (never a graph output or a
+subgraph capture); numeric constants must be scalars (0-d, or of a rank that cannot broadcast the
+result to a larger shape) within 1e-4 of the expected value.
+"""
+from __future__ import annotations
+
+import math
+
+from ._context import Context
+
+_ELEM = (7, 13, 14)           # Add / Sub / Mul / Div with numpy broadcasting
+_POW = (7, 12, 13, 15)
+
+
+def fuse_patterns(ctx: Context) -> bool:
+    changed = False
+    for rule in (_silu, _gelu_erf, _gelu_tanh, _layer_norm, _attention):
+        for node in list(ctx.nodes):
+            if ctx.alive(node):     # still there (an earlier match may have taken it)
+                changed |= rule(ctx, node)
+    return changed
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+def _out(node) -> str:
+    return node.outputs[0] if len(node.outputs) == 1 else ""
+
+
+def _next(ctx: Context, node, op: str, versions=_ELEM):
+    """The node reading `node`'s single output alone, if it is `op` at one of `versions`."""
+    o = _out(node)
+    user = ctx.single_user(o) if o else None
+    return user if ctx.is_op(user, op, versions) else None
+
+
+def _prev(ctx: Context, name: str, op: str, reader, versions=_ELEM):
+    """The producer of `name` if it is `op` and `reader` alone reads its single output."""
+    p = ctx.producer.get(name)
+    if ctx.is_op(p, op, versions) and _out(p) == name and ctx.only_consumer(name, reader):
+        return p
+    return None
+
+
+def _const(ctx: Context, name: str, target: float, like: str) -> bool:
+    """`name` is a scalar constant close to target, that cannot change the shape of `like` by broadcasting."""
+    if not ctx.close(name, target):
+        return False
+    nd = ctx.value(name).ndim
+    rank = ctx.rank(like)
+    return nd == 0 or (rank is not None and nd <= rank)
+
+
+def _other(node, name: str) -> str | None:
+    """The other input of a binary node one of whose inputs is `name`."""
+    if len(node.inputs) != 2:
+        return None
+    a, b = node.inputs
+    return b if a == name else a if b == name else None
+
+
+def _fuse(ctx: Context, nodes: list, op: str, inputs, attrs: dict) -> bool:
+    ctx.replace(nodes, [ctx.fused_node(nodes[-1], op, inputs, nodes[-1].outputs, attrs)])
+    return True
+
+
+# -- SiLU ------------------------------------------------------------------------------------------
+
+def _silu(ctx: Context, sig) -> bool:
+    if not ctx.is_op(sig, "Sigmoid", (1, 6, 13)) or not sig.inputs or not sig.inputs[0]:
+        return False
+    x = sig.inputs[0]
+    mul = _next(ctx, sig, "Mul")
+    if mul is None or _other(mul, _out(sig)) != x:
+        return False
+    return _fuse(ctx, [sig, mul], "Swish", (x,), {})
+
+
+# -- Gelu --------------------------------------------------------------------------------------------
+
+def _gelu_tail(ctx: Context, node, x: str):
+    """After Erf / Tanh: Add 1, then the product with x and 0.5 (any grouping) -> (nodes, ok)."""
+    add = _next(ctx, node, "Add")
+    if add is None or not _const(ctx, _other(add, _out(node)) or "", 1.0, x):
+        return None
+    m1 = _next(ctx, add, "Mul")
+    if m1 is None:
+        return None
+    o = _other(m1, _out(add))
+    if o == x:                                   # (x * (1 + e)) * 0.5
+        m2 = _next(ctx, m1, "Mul")
+        if m2 is not None and _const(ctx, _other(m2, _out(m1)) or "", 0.5, x):
+            return [add, m1, m2]
+        return None
+    if o and _const(ctx, o, 0.5, x):              # x * ((1 + e) * 0.5)
+        m2 = _next(ctx, m1, "Mul")
+        if m2 is not None and _other(m2, _out(m1)) == x:
+            return [add, m1, m2]
+        return None
+    h = _prev(ctx, o, "Mul", m1) if o else None   # (x * 0.5) * (1 + e)
+    if h is not None and x in h.inputs and _const(ctx, _other(h, x) or "", 0.5, x):
+        return [h, add, m1]
+    return None
+
+
+def _gelu_erf(ctx: Context, erf) -> bool:
+    if not ctx.is_op(erf, "Erf", (9, 13)) or not erf.inputs or not erf.inputs[0]:
+        return False
+    pre = ctx.producer.get(erf.inputs[0])
+    if pre is None or not ctx.only_consumer(erf.inputs[0], erf) or len(pre.inputs) != 2:
+        return False
+    x, c = pre.inputs
+    if ctx.is_op(pre, "Div"):
+        ok = _const(ctx, c, math.sqrt(2.0), x)
+    elif ctx.is_op(pre, "Mul"):
+        if not _const(ctx, c, 1 / math.sqrt(2.0), x):
+            x, c = c, x
+        ok = _const(ctx, c, 1 / math.sqrt(2.0), x)
+    else:
+        return False
+    tail = _gelu_tail(ctx, erf, x) if ok else None
+    if tail is None:
+        return False
+    return _fuse(ctx, [pre, erf, *tail], "Gelu", (x,), {"approximate": "none"})
+
+
+def _cube(ctx: Context, name: str, reader):
+    """(nodes, x) when `name` is x^3 read by `reader` alone: Pow(x, 3), or x * (x * x) / (x * x) * x."""
+    p = ctx.producer.get(name)
+    if p is None or not ctx.only_consumer(name, reader) or len(p.inputs) != 2:
+        return None
+    if ctx.is_op(p, "Pow", _POW) and _const(ctx, p.inputs[1], 3.0, p.inputs[0]):
+        return [p], p.inputs[0]
+    if ctx.is_op(p, "Mul"):
+        for i in (0, 1):
+            sq = _prev(ctx, p.inputs[i], "Mul", p)
+            x = p.inputs[1 - i]
+            if sq is not None and sq.inputs == (x, x):
+                return [sq, p], x
+    return None
+
+
+def _gelu_tanh(ctx: Context, th) -> bool:
+    if not ctx.is_op(th, "Tanh", (1, 6, 13)) or not th.inputs or not th.inputs[0]:
+        return False
+    scale = _prev(ctx, th.inputs[0], "Mul", th)
+    if scale is None or len(scale.inputs) != 2:
+        return False
+    k = math.sqrt(2.0 / math.pi)
+    for i in (0, 1):
+        inner = _prev(ctx, scale.inputs[i], "Add", scale)
+        if inner is None or len(inner.inputs) != 2 or not ctx.close(scale.inputs[1 - i], k):
+            continue
+        for j in (0, 1):
+            x = inner.inputs[1 - j]
+            q = _prev(ctx, inner.inputs[j], "Mul", inner)
+            if q is None or len(q.inputs) != 2:
+                continue
+            for t in (0, 1):
+                cube = _cube(ctx, q.inputs[t], q)
+                if cube is None or cube[1] != x or not _const(ctx, q.inputs[1 - t], 0.044715, x):
+                    continue
+                if not _const(ctx, scale.inputs[1 - i], k, x):
+                    return False
+                tail = _gelu_tail(ctx, th, x)
+                if tail is None:
+                    return False
+                return _fuse(ctx, [*cube[0], q, inner, scale, th, *tail], "Gelu", (x,), {"approximate": "tanh"})
+    return False
+
+
+# -- LayerNormalization ----------------------------------------------------------------------------
+
+def _reduce_axes(ctx: Context, node, x: str):
+    """The normalised axis of a ReduceMean (keepdims) over a trailing run of axes ending at the last,
+    as a negative number; None otherwise."""
+    if not ctx.is_op(node, "ReduceMean", (1, 11, 13, 18)) or not node.attrs.get("keepdims", 1):
+        return None
+    if ctx.version(node) >= 18:
+        if len(node.inputs) < 2 or not node.inputs[1]:
+            return None
+        v = ctx.value(node.inputs[1])
+        axes = None if v is None else [int(a) for a in v.ravel()]
+    else:
+        axes = node.attrs.get("axes")
+        axes = None if axes is None else [int(a) for a in axes]
+    if not axes:
+        return None
+    if any(a >= 0 for a in axes):
+        rank = ctx.rank(x)
+        if rank is None:
+            return None
+        axes = [a - rank if a >= 0 else a for a in axes]
+    axes = sorted(set(axes))
+    if axes != list(range(-len(axes), 0)):
+        return None
+    return axes[0]
+
+
+def _layer_norm(ctx: Context, r1) -> bool:
+    if not r1.inputs or not r1.inputs[0]:
+        return False
+    x = r1.inputs[0]
+    axis = _reduce_axes(ctx, r1, x)
+    if axis is None:
+        return False
+    sub = _next(ctx, r1, "Sub")
+    if sub is None or sub.inputs != (x, _out(r1)):
+        return False
+    d = _out(sub)
+    users = list({id(u): u for u in ctx.consumers.get(d, [])}.values())
+    if d in ctx.outputs or len(users) != 2 or sum(len(u.captures) for u in users):
+        return False
+    sq = next((u for u in users if ctx.is_op(u, "Pow", _POW) and u.inputs[0] == d
+               and _const(ctx, u.inputs[1], 2.0, d)), None) or \
+        next((u for u in users if ctx.is_op(u, "Mul") and u.inputs == (d, d)), None)
+    div = next((u for u in users if ctx.is_op(u, "Div") and len(u.inputs) == 2 and u.inputs[0] == d), None)
+    if sq is None or div is None or sq is div:
+        return False
+    r2 = ctx.single_user(_out(sq))
+    if r2 is None or _reduce_axes(ctx, r2, d) != axis:
+        return False
+    add = _next(ctx, r2, "Add")
+    eps_name = _other(add, _out(r2)) if add is not None else None
+    if not eps_name or not ctx.is_constant(eps_name) or ctx.scalar(eps_name) is None:
+        return False
+    eps = ctx.scalar(eps_name)
+    if not (0 <= eps < 1) or not _const(ctx, eps_name, eps, x):
+        return False
+    root = _next(ctx, add, "Sqrt", (1, 6, 13))
+    if root is None or ctx.single_user(_out(root)) is not div or div.inputs[1] != _out(root):
+        return False
+    mul = _next(ctx, div, "Mul")
+    if mul is None:
+        return False
+    scale = _other(mul, _out(div))
+    bias_add = _next(ctx, mul, "Add")
+    bias = _other(bias_add, _out(mul)) if bias_add is not None else None
+    if not scale or not bias or not _affine_param(ctx, scale, axis) or not _affine_param(ctx, bias, axis):
+        return False
+    return _fuse(ctx, [r1, sub, sq, r2, add, root, div, mul, bias_add], "LayerNormalization",
+                 (x, scale, bias), {"axis": axis, "epsilon": eps})
+
+
+def _affine_param(ctx: Context, name: str, axis: int) -> bool:
+    """A constant scale/bias that broadcasts over the normalised axes only (rank <= their count)."""
+    v = ctx.value(name)
+    return v is not None and hasattr(v, "ndim") and v.ndim <= -axis
+
+
+# -- attention -------------------------------------------------------------------------------------
+
+def _attention(ctx: Context, sm) -> bool:
+    v = ctx.version(sm) if ctx.is_op(sm, "Softmax", (1, 11, 13)) else None
+    if v is None or not sm.inputs or not sm.inputs[0]:
+        return False
+    if sm.attrs.get("axis", -1 if v >= 13 else 1) != -1:
+        return False
+    pv = ctx.single_user(_out(sm))
+    if not ctx.is_op(pv, "MatMul", (1, 9, 13)) or pv.inputs[0] != _out(sm) or pv.inputs[1] == _out(sm):
+        return False
+    nodes = [sm, pv]
+    cur, reader = sm.inputs[0], sm
+    mask = None
+    add = _prev(ctx, cur, "Add", reader)
+    if add is not None and len(add.inputs) == 2:
+        for i in (0, 1):
+            inner = ctx.producer.get(add.inputs[i])
+            if (inner is not None and inner.op_type in ("Div", "Mul", "MatMul")
+                    and ctx.only_consumer(add.inputs[i], add)):
+                mask, cur, reader = add.inputs[1 - i], add.inputs[i], add
+                nodes.insert(0, add)
+                break
+    scale, divide = 1.0, 0
+    for op in ("Div", "Mul"):
+        s = _prev(ctx, cur, op, reader)
+        if s is None or len(s.inputs) != 2:
+            continue
+        a, c = s.inputs
+        if op == "Mul" and ctx.scalar(a) is not None and ctx.scalar(c) is None:
+            a, c = c, a
+        val = ctx.scalar(c)
+        if val is None or not _const(ctx, c, val, a) or val == 0:
+            return False
+        scale, divide = val, int(op == "Div")
+        cur, reader = a, s
+        nodes.insert(0, s)
+        break
+    qk = _prev(ctx, cur, "MatMul", reader, (1, 9, 13))
+    if qk is None or len(qk.inputs) != 2:
+        return False
+    nodes.insert(0, qk)
+    q, k = qk.inputs
+    transpose_k = 0
+    tr = _prev(ctx, k, "Transpose", qk, (1, 13, 21, 23, 24, 25))
+    perm = tr.attrs.get("perm") if tr is not None else None
+    if perm is not None and len(perm) >= 2 and list(perm) == [*range(len(perm) - 2), len(perm) - 1, len(perm) - 2]:
+        k, transpose_k = tr.inputs[0], 1
+        nodes.insert(0, tr)
+    inputs = (q, k, pv.inputs[1]) + ((mask,) if mask else ())
+    return _fuse(ctx, nodes, "Attention", inputs, {"scale": scale, "divide": divide, "transpose_k": transpose_k})
