@@ -21,10 +21,11 @@ demo: $(STAMP)
 	$(PY) examples/classify.py
 
 bench: $(STAMP)
-	$(PY) -m pip install -q onnxruntime
+	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) benchmarks/bench_core.py
 	$(PY) benchmarks/bench_ops.py
 	$(PY) benchmarks/bench_trees.py
+	$(PY) benchmarks/bench_suite.py
 
 ops: $(STAMP)
 	$(PY) -m onnx_mini.cli ops
