@@ -284,3 +284,188 @@ def test_variadic_input_left_empty_is_an_invalid_node():
     m = model([helper.make_node("Concat", ["x", ""], ["y"], name="cat", axis=0)], [("x", F, [2])], [("y", F, None)])
     with pytest.raises(InvalidNodeError, match="'cat'.*required input\\(s\\) #1 left empty \\(inputs\\)"):
         onnx_mini.prepare(m)
+
+
+# -- Loop iteration cap ----------------------------------------------------------------------------
+
+@pytest.fixture
+def loop_cap():
+    previous = dtypes.set_limits(max_loop_iterations=1000)
+    yield 1000
+    dtypes.set_limits(**previous)
+
+
+def _forever_loop(with_trip_count: bool):
+    """A Loop whose body passes its condition through (always true) and counts in a carried value."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["c_out"]), helper.make_node("Add", ["n", "one"], ["n_out"])],
+        "body", [helper.make_tensor_value_info("i", I64, []), helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("n", I64, [])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), helper.make_tensor_value_info("n_out", I64, [])])
+    inits = [numpy_helper.from_array(np.array(True), "t"), numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array(0, np.int64), "zero")]
+    if with_trip_count:
+        inputs = [("m", I64, [])]
+        loop_inputs = ["m", "t", "zero"]
+    else:
+        inputs = []
+        loop_inputs = ["", "t", "zero"]
+    node = helper.make_node("Loop", loop_inputs, ["count"], body=body, name="forever")
+    return model([node], inputs, [("count", I64, [])], inits)
+
+
+@pytest.mark.parametrize("with_trip_count", [False, True])
+def test_unbounded_loop_stops_at_the_iteration_cap(loop_cap, with_trip_count):
+    rep = onnx_mini.prepare(_forever_loop(with_trip_count))
+    feeds = [np.array(np.iinfo(np.int64).max)] if with_trip_count else []
+    with pytest.raises(KernelError, match="'forever'.*after 1,000 iterations.*max_loop_iterations") as info:
+        rep.run(feeds)
+    assert isinstance(info.value.__cause__, ResourceLimitError)
+
+
+def test_loop_under_the_cap_runs_to_its_trip_count(loop_cap):
+    (count,) = onnx_mini.prepare(_forever_loop(True)).run([np.array(1000)])   # exactly the cap: allowed
+    assert count == 1000
+
+
+def test_loop_cap_default_and_restore():
+    assert dtypes.get_limits()["max_loop_iterations"] == dtypes.DEFAULT_MAX_LOOP_ITERATIONS == 10**7
+    previous = dtypes.set_limits(max_loop_iterations=5)
+    assert dtypes.max_loop_iterations() == 5
+    dtypes.set_limits(max_loop_iterations=0)
+    assert dtypes.max_loop_iterations() == dtypes.DEFAULT_MAX_LOOP_ITERATIONS
+    dtypes.set_limits(**previous)
+    with pytest.raises(ValueError):
+        dtypes.set_limits(max_loop_iterations=-1)
+
+
+# -- RegexFullMatch: no catastrophic backtracking ---------------------------------------------------
+
+def _regex(pattern):
+    S = TensorProto.STRING
+    return model([helper.make_node("RegexFullMatch", ["x"], ["y"], name="rx", pattern=pattern)],
+                 [("x", S, [None])], [("y", TensorProto.BOOL, None)], opset=20)
+
+
+@pytest.mark.parametrize("pattern", [r"(a+)+b", r"(a*)*", r"(x{1,5}){2,}", r"((ab)+c)*", r"(\w+\s?)+$", r"(a|b+)*c"])
+def test_nested_quantifiers_are_refused_at_prepare(pattern):
+    with pytest.raises(InvalidNodeError, match="'rx'.*nested quantifiers"):
+        onnx_mini.prepare(_regex(pattern))
+
+
+@pytest.mark.parametrize("pattern,message", [("a" * 4097, "longer than onnx_mini accepts"),
+                                             ("(" * 80 + ")" * 80, "nested deeper than 64"),
+                                             ("(" * 2000 + ")" * 2000, "nested deeper than 64")])
+def test_huge_or_deep_patterns_are_refused(pattern, message):
+    with pytest.raises(InvalidNodeError, match=f"'rx'.*{message}"):
+        onnx_mini.prepare(_regex(pattern))
+
+
+@pytest.mark.parametrize("pattern,text,expected", [(r"(ab|cd)*", "abcdab", True), (r"(a{3})+", "aaaaaa", True),
+                                                   (r"(a{3})+", "aaaa", False), (r"a+b*", "aab", True),
+                                                   (r"(\W|^)[\w.\-]{0,25}@(yahoo|gmail)\.com(\W|$)",
+                                                    "x@gmail.com", True)])
+def test_safe_patterns_still_match(pattern, text, expected):
+    (y,) = onnx_mini.prepare(_regex(pattern)).run([np.array([text], dtype=object)])
+    assert y.tolist() == [expected]
+
+
+# -- sizes from data: NonZero, Unique, Where, string ops ------------------------------------------------
+
+def test_nonzero_output_is_limited(small_limit):
+    # 2**18 true bools (256 KiB) give a (2, 2**18) int64 output: 4 MiB
+    m = model([helper.make_node("NonZero", ["x"], ["y"], name="nz")], [("x", TensorProto.BOOL, [None, None])],
+              [("y", I64, None)])
+    with pytest.raises(KernelError, match="'nz'.*NonZero output.*over the limit"):
+        onnx_mini.prepare(m).run([np.ones((512, 512), bool)])
+    (y,) = onnx_mini.prepare(m).run([np.eye(3, dtype=bool)])
+    assert y.tolist() == [[0, 1, 2], [0, 1, 2]]
+
+
+def test_unique_index_outputs_are_limited(small_limit):
+    # 2**18 int8 values (256 KiB) need int64 indices of 2 MiB each
+    m = model([helper.make_node("Unique", ["x"], ["y", "i", "inv", "c"], name="uq")], [("x", TensorProto.INT8, [None])],
+              [("y", TensorProto.INT8, None), ("i", I64, None), ("inv", I64, None), ("c", I64, None)])
+    with pytest.raises(KernelError, match="'uq'.*Unique index outputs.*over the limit"):
+        onnx_mini.prepare(m).run([np.zeros(1 << 18, np.int8)])
+    y, i, inv, c = onnx_mini.prepare(m).run([np.array([3, 1, 3], np.int8)])
+    assert y.tolist() == [1, 3] and i.tolist() == [1, 0] and inv.tolist() == [1, 0, 1] and c.tolist() == [1, 2]
+
+
+def test_where_broadcast_output_is_limited(small_limit):
+    B = TensorProto.BOOL
+    m = model([helper.make_node("Where", ["c", "x", "y"], ["z"], name="wh")],
+              [("c", B, [None, 1, 1]), ("x", F, [1, None, 1]), ("y", F, [1, 1, None])], [("z", F, None)])
+    n = 128       # three 128-element inputs broadcast to 128**3 float32: 8 MiB
+    with pytest.raises(KernelError, match="'wh'.*Where output.*over the limit"):
+        onnx_mini.prepare(m).run([np.ones((n, 1, 1), bool), np.ones((1, n, 1), np.float32),
+                                  np.ones((1, 1, n), np.float32)])
+
+
+def test_string_concat_broadcast_is_limited(small_limit):
+    S = TensorProto.STRING
+    m = model([helper.make_node("StringConcat", ["x", "y"], ["z"], name="cat")], [("x", S, None), ("y", S, None)],
+              [("z", S, None)], opset=20)
+    rep = onnx_mini.prepare(m)
+    # 64 x 64 output strings of 1000 characters each: 4 MB of text from 128 KB of input
+    long = np.array(["a" * 1000] * 64, dtype=object)
+    with pytest.raises(KernelError, match="'cat'.*StringConcat output.*characters.*over the limit"):
+        rep.run([long.reshape(64, 1), long.reshape(1, 64)])
+    # object pointers alone: (2**10, 2**8) output of 8-byte references is 2 MiB
+    with pytest.raises(KernelError, match="'cat'.*StringConcat output.*over the limit"):
+        rep.run([np.full((1 << 10, 1), "", dtype=object), np.full((1, 1 << 8), "", dtype=object)])
+    (z,) = rep.run([np.array([["a"], ["b"]], dtype=object), np.array([["x", "y"]], dtype=object)])
+    assert z.tolist() == [["ax", "ay"], ["bx", "by"]]
+
+
+def test_string_split_width_is_limited(small_limit):
+    S = TensorProto.STRING
+    m = model([helper.make_node("StringSplit", ["x"], ["y", "n"], name="split", delimiter=",")], [("x", S, [None])],
+              [("y", S, None), ("n", I64, None)], opset=20)
+    # one string with 2**12 parts and 2**8 empty ones: a (257, 4096) object output, 8 MiB
+    x = np.array(["," * 4095] + [""] * 256, dtype=object)
+    with pytest.raises(KernelError, match="'split'.*StringSplit output.*over the limit"):
+        onnx_mini.prepare(m).run([x])
+
+
+# -- numpy errors from kernels as clear InvalidValueErrors -------------------------------------------
+
+@pytest.mark.parametrize("op,opset,attrs", [("Add", 14, {}), ("Mul", 14, {}), ("Div", 14, {}), ("Pow", 15, {}),
+                                            ("Add", 6, {"broadcast": 1}), ("Equal", 19, {}),
+                                            ("Greater", 13, {}), ("BitwiseAnd", 18, {}), ("And", 7, {})])
+def test_shapes_that_do_not_broadcast_name_both_shapes(op, opset, attrs):
+    t = TensorProto.BOOL if op == "And" else I64 if op == "BitwiseAnd" else F
+    m = model([helper.make_node(op, ["a", "b"], ["y"], name="bin", **attrs)], [("a", t, None), ("b", t, None)],
+              [("y", t, None)], opset=opset)
+    dt = bool if op == "And" else np.int64 if op == "BitwiseAnd" else np.float32
+    message = (r"'bin'.*(shapes \[2, 3\] and \[4\] do not broadcast"
+               r"|B of shape \[1, 4\] does not match A \[2, 3\])")       # opset 6: legacy_broadcast's message
+    with pytest.raises(KernelError, match=message) as info:
+        onnx_mini.prepare(m).run([np.ones((2, 3), dt), np.ones((1, 4) if opset == 6 else (4,), dt)])
+    assert type(info.value.__cause__).__name__ == "InvalidValueError"
+
+
+@pytest.mark.parametrize("op", ["Relu", "Sigmoid", "Exp", "Neg", "Tanh", "Erf", "LeakyRelu", "Elu", "Softplus",
+                                "HardSigmoid", "Gelu"])
+def test_float_ops_on_strings_are_invalid_values(op):
+    S = TensorProto.STRING
+    m = model([helper.make_node(op, ["x"], ["y"], name="num")], [("x", S, None)], [("y", S, None)], opset=20)
+    with pytest.raises(KernelError, match="'num'.*computes on numbers, got a string tensor") as info:
+        onnx_mini.prepare(m).run([np.array(["a", "b"], dtype=object)])
+    assert type(info.value.__cause__).__name__ == "InvalidValueError"
+
+
+def test_loop_scan_outputs_are_limited(small_limit):
+    # each iteration emits a 64 KiB row: the stacked scan output passes 1 MiB after 17 iterations
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["c_out"]), helper.make_node("Identity", ["row"], ["scan"])],
+        "body", [helper.make_tensor_value_info("i", I64, []), helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), helper.make_tensor_value_info("scan", F, None)])
+    node = helper.make_node("Loop", ["m", ""], ["rows"], body=body, name="scanner")
+    m = model([node], [("m", I64, []), ("row", F, [None])], [("rows", F, None)])
+    rep = onnx_mini.prepare(m)
+    row = np.ones(1 << 14, np.float32)
+    with pytest.raises(KernelError, match="'scanner'.*scan output #0.*after 17 iterations.*over the limit"):
+        rep.run([np.array(1000), row])
+    (rows,) = rep.run([np.array(16), row])
+    assert rows.shape == (16, 1 << 14)

@@ -451,9 +451,10 @@ def test_pickle_subgraphs_low_precision_and_verbose_stream():
 
 def test_session_runs_in_a_spawned_process():
     sess = InferenceSession(mlp())
+    # get(timeout=...): a worker that never answers fails the test instead of hanging the suite.
     with multiprocessing.get_context("spawn").Pool(1) as pool:
-        got = pool.apply(operator.methodcaller("run", ["pre", "y"], {"x": X}), (sess,))
-        prepared_got = pool.apply(operator.methodcaller("run", {"x": X}), (sess.prepared,))
+        got = pool.apply_async(operator.methodcaller("run", ["pre", "y"], {"x": X}), (sess,)).get(timeout=120)
+        prepared_got = pool.apply_async(operator.methodcaller("run", {"x": X}), (sess.prepared,)).get(timeout=120)
     for g, e in zip(got, mlp_expected(X)):
         np.testing.assert_allclose(g, e, rtol=1e-6)
     np.testing.assert_allclose(prepared_got.y, mlp_expected(X)[1], rtol=1e-6)

@@ -120,27 +120,40 @@ def _default_max_tensor_bytes() -> int:
 
 
 DEFAULT_MAX_TENSOR_BYTES = _default_max_tensor_bytes()
-_limits = {"max_tensor_bytes": DEFAULT_MAX_TENSOR_BYTES}
+# Loop iterations: exported models loop over tokens, time steps or boxes (at most ~10**5-10**6 iterations);
+# one onnx_mini iteration costs at least ~10 microseconds (a subgraph run), so 10**7 iterations leave 10x
+# headroom over real models while a runaway loop (cond always true, M = INT64_MAX or omitted) stops with an
+# error after minutes instead of never, and its per-iteration bookkeeping stays bounded.
+DEFAULT_MAX_LOOP_ITERATIONS = 10**7
+_limits = {"max_tensor_bytes": DEFAULT_MAX_TENSOR_BYTES, "max_loop_iterations": DEFAULT_MAX_LOOP_ITERATIONS}
 _limits_lock = threading.Lock()
 
 
-def set_limits(*, max_tensor_bytes: int | None = None) -> dict:
+def set_limits(*, max_tensor_bytes: int | None = None, max_loop_iterations: int | None = None) -> dict:
     """Set process-wide limits; returns the previous values (pass them back to restore).
 
     max_tensor_bytes: the largest tensor (in bytes) that a model may make onnx_mini allocate from
     shapes it declares or computes (initializers, ConstantOfShape, Expand, Tile, Range, Resize, Pad...).
+    max_loop_iterations: the most iterations one Loop node may run in one call (default 10**7).
     None keeps the current value; 0 restores the default."""
     with _limits_lock:
         previous = dict(_limits)
-        if max_tensor_bytes is not None:
-            if int(max_tensor_bytes) < 0:
-                raise ValueError("max_tensor_bytes must be >= 0")
-            _limits["max_tensor_bytes"] = int(max_tensor_bytes) or DEFAULT_MAX_TENSOR_BYTES
+        for name, value, default in (("max_tensor_bytes", max_tensor_bytes, DEFAULT_MAX_TENSOR_BYTES),
+                                     ("max_loop_iterations", max_loop_iterations, DEFAULT_MAX_LOOP_ITERATIONS)):
+            if value is not None:
+                if int(value) < 0:
+                    raise ValueError(f"{name} must be >= 0")
+                _limits[name] = int(value) or default
     return previous
 
 
 def get_limits() -> dict:
     return dict(_limits)
+
+
+def max_loop_iterations() -> int:
+    """The current cap on one Loop node's iterations (set_limits(max_loop_iterations=...))."""
+    return _limits["max_loop_iterations"]
 
 
 def check_size(shape, dtype, what: str = "the result", error=ResourceLimitError) -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes
-from ..errors import InvalidValueError
+from ..errors import InvalidValueError, ResourceLimitError
 from ..graph import TypeInfo
 from ..registry import kernel
 from ._common import normalize_axis, zero_of
@@ -132,12 +132,29 @@ def loop_1(*, body, _n_inputs, _n_outputs):
         carried = list(own[2:])
         scans: list[list] = [[] for _ in range(n_scan)]
         i = 0
+        cap = dtypes.max_loop_iterations()
+        max_bytes = dtypes.get_limits()["max_tensor_bytes"]
+        collected = [0] * n_scan
         while keep_going and (limit is None or i < limit):
+            if i == cap:
+                raise ResourceLimitError(
+                    f"the loop is still running after {cap:,} iterations (M = "
+                    f"{'none' if limit is None else format(limit, ',')}, the condition still true): over the "
+                    "limit onnx_mini.dtypes.set_limits(max_loop_iterations=...) sets")
             out = body.run([np.array(i, np.int64), np.array(keep_going), *carried], captured)
             keep_going = _flag(out[0], "the condition the body returns")
             carried = out[1:1 + n_carried]
-            for k in range(n_scan):
-                scans[k].append(out[1 + n_carried + k])
+            if n_scan:
+                for k in range(n_scan):
+                    v = out[1 + n_carried + k]
+                    scans[k].append(v)
+                    collected[k] += getattr(v, "nbytes", 0)
+                if max(collected) > max_bytes:     # the stacked output would pass max_tensor_bytes
+                    k = collected.index(max(collected))
+                    raise ResourceLimitError(
+                        f"scan output #{k} of the loop holds {collected[k]:,} bytes after {i + 1:,} iterations, "
+                        f"over the limit of {max_bytes:,} bytes "
+                        "(onnx_mini.dtypes.set_limits(max_tensor_bytes=...) raises it)")
             i += 1
         if i == 0:
             stacked = [_declared_empty(t, (0,)) for t in scan_types]

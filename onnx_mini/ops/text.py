@@ -9,14 +9,23 @@ from __future__ import annotations
 import itertools
 import re
 
+try:                                  # the parser of Python's own re module (3.11+; sre_parse before)
+    from re import _constants as _SRE, _parser as _sre_parser
+except ImportError:                   # pragma: no cover
+    import sre_constants as _SRE
+    import sre_parse as _sre_parser
+
 import numpy as np
 
 from ..errors import InvalidValueError
 from ..registry import kernel
+from ..dtypes import check_size
+from ._common import check_shape
 
 _lower = np.frompyfunc(lambda s: s.lower(), 1, 1)
 _upper = np.frompyfunc(lambda s: s.upper(), 1, 1)
 _length = np.frompyfunc(len, 1, 1)
+_REPEATS = (_SRE.MAX_REPEAT, _SRE.MIN_REPEAT, getattr(_SRE, "POSSESSIVE_REPEAT", _SRE.MAX_REPEAT))
 
 
 def _strings(x: np.ndarray, what: str = "input") -> np.ndarray:
@@ -69,9 +78,13 @@ def string_concat_20():
         _strings(x, "X")
         _strings(y, "Y")
         try:
-            np.broadcast_shapes(x.shape, y.shape)
+            shape = np.broadcast_shapes(x.shape, y.shape)
         except ValueError:
             raise InvalidValueError(f"shapes {list(x.shape)} and {list(y.shape)} do not broadcast") from None
+        count = check_size(shape, object, "StringConcat output")
+        if count > x.size + y.size:       # broadcasting repeats strings: bound the characters it makes
+            chars = sum(int(np.asarray(_length(v)).sum()) * (count // v.size) for v in (x, y) if v.size)
+            check_size((chars,), np.uint8, f"StringConcat output (shape {list(shape)}, characters)")
         return _objects(np.add(x, y))
     return run
 
@@ -94,7 +107,7 @@ def string_split_20(*, delimiter=None, maxsplit=None):
         parts = split(flat) if flat.size else flat
         counts = _length(parts).astype(np.int64) if flat.size else np.zeros(0, np.int64)
         width = int(counts.max()) if counts.size else 0
-        y = np.full((flat.size, width), "", dtype=object)
+        y = np.full(check_shape((flat.size, width), object, "StringSplit output"), "", dtype=object)
         total = int(counts.sum())
         if total:
             rows = np.repeat(np.arange(flat.size), counts)
@@ -232,13 +245,52 @@ def _closes_repeat(out: list[str]) -> bool:
     return re.search(r"\{\d+(,\d*)?$", "".join(out[-12:])) is not None
 
 
+# Python's re backtracks and has no time limit: a pattern like (a+)+b takes 2**n steps on "a"*n. RE2
+# (the spec's engine) never backtracks; we refuse, when the model is prepared, what makes re blow up:
+MAX_PATTERN_LENGTH = 4096        # characters of the RE2 pattern
+MAX_PATTERN_DEPTH = 64           # nested groups and repetitions
+
+
+def check_pattern(python_pattern: str) -> None:
+    """ValueError for a (translated) pattern that nests groups deeper than MAX_PATTERN_DEPTH or puts a
+    variable repetition inside a repetition ((a+)+, (a*b?)*, (x{1,5}){2,}: exponential backtracking)."""
+    try:
+        tree = _sre_parser.parse(python_pattern)
+    except RecursionError:
+        raise ValueError(f"groups are nested deeper than {MAX_PATTERN_DEPTH} levels") from None
+    # (subpattern, depth, inside a repetition that may repeat more than once)
+    stack = [(tree, 0, False)]
+    while stack:
+        items, depth, repeated = stack.pop()
+        if depth > MAX_PATTERN_DEPTH:
+            raise ValueError(f"groups are nested deeper than {MAX_PATTERN_DEPTH} levels")
+        for op, av in items:
+            if op in _REPEATS:
+                low, high, body = av
+                if repeated and low != high:
+                    raise ValueError("a variable repetition inside a repetition (as in (a+)+) can make the "
+                                     "matcher backtrack exponentially; onnx_mini refuses nested quantifiers")
+                stack.append((body, depth + 1, repeated or high > 1))
+            elif op is _SRE.SUBPATTERN:
+                stack.append((av[-1], depth + 1, repeated))
+            elif op is _SRE.BRANCH:
+                stack.extend((branch, depth + 1, repeated) for branch in av[1])
+            elif op is _SRE.ATOMIC_GROUP:
+                stack.append((av, depth + 1, repeated))
+
+
 @kernel("RegexFullMatch", since=20)
 def regex_full_match_20(*, pattern=None):
     if pattern is None:
         raise ValueError("attribute 'pattern' is required")
+    if len(pattern) > MAX_PATTERN_LENGTH:
+        raise ValueError(f"pattern of {len(pattern):,} characters is longer than onnx_mini accepts "
+                         f"({MAX_PATTERN_LENGTH:,})")
     try:
-        compiled = re.compile(re2_to_python(pattern))
-    except (ValueError, re.error) as e:
+        translated = re2_to_python(pattern)
+        check_pattern(translated)
+        compiled = re.compile(translated)
+    except (ValueError, re.error, RecursionError) as e:
         raise ValueError(f"pattern {pattern!r} is not a supported RE2 regular expression: {e}") from None
 
     def match(s):

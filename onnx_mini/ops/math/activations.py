@@ -20,8 +20,8 @@ import numpy as np
 
 from ...errors import InvalidValueError
 from ...registry import kernel
-from .._common import as_array, float32_compute, same_type
-from .unary import erfc
+from .._common import as_array, same_type
+from .unary import erfc, float32_compute
 
 
 def _f32(v: float) -> float:

@@ -9,9 +9,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import InvalidValueError
+from ...errors import InvalidValueError, OnnxMiniError
 from ...registry import kernel
 from .._common import UPCAST, as_array, check_shape, legacy_broadcast, same_type, upcast
+
+
+def _not_broadcastable(error: ValueError, a, b):
+    """The error to raise for numpy's ValueError from a binary op: our own errors unchanged, numpy's
+    (shapes that do not broadcast) as an InvalidValueError naming both shapes."""
+    if isinstance(error, OnnxMiniError):
+        return error
+    try:
+        np.broadcast_shapes(a.shape, b.shape)
+    except ValueError:
+        return InvalidValueError(f"shapes {list(a.shape)} and {list(b.shape)} do not broadcast together")
+    return InvalidValueError(f"inputs of shapes {list(a.shape)} and {list(b.shape)}: {error}")
 
 
 def binary(ufunc):
@@ -19,7 +31,10 @@ def binary(ufunc):
     (`ufunc` is a numpy ufunc or any function of two arrays that broadcasts like one)."""
     def run(a, b):
         same_type(a, b)
-        return as_array(ufunc(a, b))
+        try:
+            return as_array(ufunc(a, b))
+        except ValueError as e:                 # only on the failure path: no cost when shapes broadcast
+            raise _not_broadcastable(e, a, b) from None
     return run
 
 
@@ -27,7 +42,11 @@ def legacy_binary(ufunc, broadcast, axis):
     """Opsets 1-6: B broadcast onto A by the `broadcast`/`axis` attributes (see legacy_broadcast)."""
     def run(a, b):
         same_type(a, b)
-        return as_array(ufunc(a, legacy_broadcast(a, b, broadcast, axis)))
+        b = legacy_broadcast(a, b, broadcast, axis)
+        try:
+            return as_array(ufunc(a, b))
+        except ValueError as e:
+            raise _not_broadcastable(e, a, b) from None
     return run
 
 
@@ -144,17 +163,20 @@ def _int_power(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 def _power(x, y):
     """Z has X's type; float16/bfloat16 (and mixed float types) computed wider, rounded back once."""
-    dt = x.dtype
-    if dt.kind in "iu":
-        if y.dtype.kind in "iu":
-            return _int_power(x, y)
-        # float exponent: compute in float64, convert back truncating toward zero (C cast)
+    try:
+        dt = x.dtype
+        if dt.kind in "iu":
+            if y.dtype.kind in "iu":
+                return _int_power(x, y)
+            # float exponent: compute in float64, convert back truncating toward zero (C cast)
+            with np.errstate(all="ignore"):
+                return as_array(np.power(x.astype(np.float64), upcast(y))).astype(dt)
         with np.errstate(all="ignore"):
-            return as_array(np.power(x.astype(np.float64), upcast(y))).astype(dt)
-    with np.errstate(all="ignore"):
-        if dt == y.dtype and dt not in UPCAST:
-            return as_array(np.power(x, y))
-        return as_array(np.power(upcast(x), upcast(y))).astype(dt, copy=False)
+            if dt == y.dtype and dt not in UPCAST:
+                return as_array(np.power(x, y))
+            return as_array(np.power(upcast(x), upcast(y))).astype(dt, copy=False)
+    except ValueError as e:        # only on the failure path
+        raise _not_broadcastable(e, x, y) from None
 
 
 @kernel("Pow", since=1)

@@ -18,7 +18,7 @@ def nonzero_9():
         if x.dtype in UPCAST:
             x = x.astype(np.float32)
         flat = np.flatnonzero(x)
-        out = np.empty((x.ndim, flat.size), dtype=np.int64)
+        out = np.empty(check_shape((x.ndim, flat.size), np.int64, "NonZero output"), dtype=np.int64)
         out[0] = flat
         # Row-major coordinates from the flat positions, last dimension first.
         for d in range(x.ndim - 1, 0, -1):
@@ -102,6 +102,8 @@ def _unique(x: np.ndarray, axis, is_sorted: bool, n_outputs: int):
     else:
         a = normalize_axis(axis, x.ndim)
         rows = np.moveaxis(x, a, 0).reshape(x.shape[a], x.size // x.shape[a] if x.shape[a] else 0)
+    # sort order, inverse indices... are int64 per row, up to 8x the bytes of a small-typed input
+    check_shape((rows.shape[0],), np.int64, "Unique index outputs")
     keys = rows.astype(np.float32) if rows.dtype in UPCAST else rows
     order, new = _group_starts(keys)
     n = len(order)

@@ -5,7 +5,7 @@ import numpy as np
 
 from ...errors import InvalidValueError
 from ...registry import kernel
-from .._common import as_array, int_list, normalize_axis, same_type, zero_of
+from .._common import as_array, check_shape, int_list, normalize_axis, same_type, zero_of
 
 # -- Trilu ---------------------------------------------------------------------------------------
 
@@ -63,11 +63,14 @@ def where_9():
         if condition.dtype != np.bool_:
             raise InvalidValueError(f"condition must be bool, got {condition.dtype}")
         same_type(x, y)
-        try:
-            return as_array(np.where(condition, x, y))
-        except ValueError:
-            raise InvalidValueError(f"shapes {list(condition.shape)}, {list(x.shape)} and {list(y.shape)} "
-                                    "do not broadcast together") from None
+        if not condition.shape == x.shape == y.shape:   # equal shapes (the common case) need no check
+            try:
+                shape = np.broadcast_shapes(condition.shape, x.shape, y.shape)
+            except ValueError:
+                raise InvalidValueError(f"shapes {list(condition.shape)}, {list(x.shape)} and {list(y.shape)} "
+                                        "do not broadcast together") from None
+            check_shape(shape, x.dtype, "Where output")  # broadcasting can multiply sizes: (n,1,1)...(1,1,n)
+        return as_array(np.where(condition, x, y))
     return where
 
 
