@@ -8,7 +8,8 @@ from .backend import Backend, PreparedModel, is_compatible, prepare, run_model, 
 from .compare import CompareResult, Divergence, compare
 from .loader import load
 from .profile import Profile, profile
-from .registry import supported_ops
+from .registry import CustomOps, supported_ops
+from .registry import user_kernel as kernel
 from .session import (ExecutionMode, ExecutionOrder, GraphOptimizationLevel, IgnoredOptionWarning, InferenceSession,
                       NodeArg, RunOptions, SessionOptions, get_all_providers, get_available_providers, get_device)
 
@@ -17,4 +18,4 @@ __all__ = ["Backend", "PreparedModel", "InferenceSession", "prepare", "run_model
            "supports_device", "is_compatible", "load", "supported_ops", "errors", "compare", "CompareResult",
            "Divergence", "profile", "Profile", "SessionOptions", "RunOptions", "NodeArg", "GraphOptimizationLevel",
            "ExecutionMode", "ExecutionOrder", "IgnoredOptionWarning", "get_available_providers", "get_all_providers",
-           "get_device"]
+           "get_device", "kernel", "CustomOps"]

@@ -19,6 +19,7 @@ from .graph import Graph, Model, Node, ValueInfo
 from .inputs import bind_inputs, export_outputs
 from .loader import MAX_IR_VERSION, MIN_IR_VERSION
 from .plan import Plan, StepInfo, build_plan, describe_value
+from .registry import as_custom_ops, overrides_builtin, using_custom_ops
 
 
 class PreparedModel(BackendRep):
@@ -36,12 +37,15 @@ class PreparedModel(BackendRep):
     included) travels, and the plans are rebuilt when it is unpickled; no file is read again.
     """
 
-    def __init__(self, model: Model, *, optimize: bool = True, verbose: Any = False):
+    def __init__(self, model: Model, *, optimize: bool = True, verbose: Any = False, custom_ops=None):
         self.model = model
-        self.optimize = optimize
+        self.custom_ops = as_custom_ops(custom_ops)   # per-model user kernels, resolved first
+        # a user kernel replacing a built-in operator: no graph rewrites (they assume the built-in's meaning)
+        self.optimize = optimize and not overrides_builtin(self.custom_ops)
         self.verbose = verbose
         g = model.graph
-        self.defaults = frozenset(v.name for v in g.inputs if v.name in g.initializers) if optimize else frozenset()
+        self.defaults = (frozenset(v.name for v in g.inputs if v.name in g.initializers) if self.optimize
+                         else frozenset())
         self._plans: dict[tuple, Plan] = {}
         self._lock = threading.Lock()
         self.plan: Plan = self.plan_for(tuple(v.name for v in g.outputs))
@@ -61,21 +65,23 @@ class PreparedModel(BackendRep):
                         g = replace(g, outputs=[ValueInfo(n, None) for n in outputs])
                     if self.defaults and not overrides:
                         g = replace(g, inputs=[v for v in g.inputs if v.name not in self.defaults])
-                    plan = self._plans[key] = build_plan(g, self.model.opsets, self.model.functions,
-                                                         optimize=self.optimize)
+                    with using_custom_ops(self.custom_ops):
+                        plan = self._plans[key] = build_plan(g, self.model.opsets, self.model.functions,
+                                                             optimize=self.optimize)
         return plan
 
     def __getstate__(self) -> dict:
         # plans hold closures (not picklable) and are cheap to rebuild; a text stream cannot travel
         verbose = self.verbose if isinstance(self.verbose, bool) else bool(self.verbose)
-        return {"model": self.model, "optimize": self.optimize, "verbose": verbose}
+        return {"model": self.model, "optimize": self.optimize, "verbose": verbose, "custom_ops": self.custom_ops}
 
     def __setstate__(self, state: dict) -> None:
         model = state["model"]
         _freeze_initializers(model.graph)
         for f in model.functions.values():
             _freeze_initializers(None, f.nodes)
-        self.__init__(model, optimize=state["optimize"], verbose=state["verbose"])
+        self.__init__(model, optimize=state["optimize"], verbose=state["verbose"],
+                      custom_ops=state.get("custom_ops"))
 
     def _overrides(self, feeds: Any) -> bool:
         """Whether the feeds give a value to an initializer-backed input."""
@@ -173,11 +179,13 @@ class Backend(_OnnxBackend):
 
     @classmethod
     def prepare(cls, model, device: str = "CPU", *, optimize: bool = True, base_dir: str | None = None,
-                verbose: Any = False, **kwargs: Any) -> PreparedModel:
+                verbose: Any = False, custom_ops=None, **kwargs: Any) -> PreparedModel:
         """model: ModelProto, path, bytes or binary file. verbose: True (stderr) or a text stream to
-        print a per-node trace of every run."""
+        print a per-node trace of every run. custom_ops: a CustomOps (or a list of them) whose kernels
+        this model resolves first (see onnx_mini.CustomOps)."""
         _check_device(device)
-        return PreparedModel(loader.load(model, base_dir), optimize=optimize, verbose=verbose)
+        return PreparedModel(loader.load(model, base_dir), optimize=optimize, verbose=verbose,
+                             custom_ops=custom_ops)
 
     @classmethod
     def run_model(cls, model, inputs: Any, device: str = "CPU", **kwargs: Any):

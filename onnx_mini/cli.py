@@ -6,6 +6,7 @@
     onnx-mini profile MODEL [--html F] ...    time and memory by node and by operator type
     onnx-mini compare MODEL [--vs ...]        the first node where onnx_mini and another runtime differ
     onnx-mini ops [--missing] [--model M]     what onnx_mini can run
+    --plugin FILE.py (any command)            import user kernels (onnx_mini.kernel) first
 
 Exit codes: 0 ok (compare: the runtimes agree), 1 a model, input or run error (compare: they
 differ), 2 a usage error. Expected errors print one message on stderr, never a traceback.
@@ -587,8 +588,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", metavar="MODEL", help="check the operators one model needs")
     p.set_defaults(func=_ops)
     for p in sub.choices.values():
+        p.add_argument("--plugin", action="append", default=[], metavar="FILE.py|MODULE",
+                       help="a Python file or module to import first: its onnx_mini.kernel registrations "
+                            "(user kernels, global) are what the command sees; repeatable")
         p.set_defaults(parser=p)
     return parser
+
+
+def load_plugins(plugins: list[str]) -> None:
+    """Import each plugin (a .py file path or a module name) so that its global kernels register."""
+    import importlib
+    import importlib.util
+    for i, plugin in enumerate(plugins):
+        if plugin.endswith(".py") or os.sep in plugin:
+            path = Path(plugin)
+            if not path.is_file():
+                raise UsageError(f"--plugin {plugin}: no such file")
+            spec = importlib.util.spec_from_file_location(f"onnx_mini_plugin_{i}_{path.stem}", path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+        else:
+            importlib.import_module(plugin)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -598,6 +619,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:          # argparse: --help (0) or a usage error (2)
         return int(e.code or 0)
     try:
+        load_plugins(args.plugin)
         return args.func(args)
     except UsageError as e:
         args.parser.print_usage(sys.stderr)

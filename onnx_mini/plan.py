@@ -26,7 +26,8 @@ from . import dtypes
 from .errors import (GraphError, InvalidNodeError, InvalidValueError, KernelError, NodeError, OnnxMiniError,
                      UnsupportedOperatorError)
 from .graph import AttrRef, Function, Graph, Node, TypeInfo, ValueInfo, free_names, normalize_domain, topo_sort
-from .registry import KernelSpec, arity_problem, attribute_problem, resolve, typed_function_body
+from .registry import (KernelSpec, active_custom_ops, arity_problem, attribute_problem, resolve, typed_function_body,
+                       using_custom_ops)
 
 # Ops whose result must not be computed once at prepare time even when all inputs are constant.
 NOT_FOLDABLE = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
@@ -339,6 +340,7 @@ def _typed_function_kernel(node: Node, version: int, opset: int, opsets: dict[st
 
     def factory(**_attrs):   # the node's attributes are read from the node itself (graphs unplanned)
         plans: dict[tuple, SubPlan] = {}
+        custom = active_custom_ops()   # the model's own kernels, for bodies planned at run time
 
         def build(types: list) -> SubPlan:
             body = _typed_body(node, opset, types, version)
@@ -346,7 +348,8 @@ def _typed_function_kernel(node: Node, version: int, opset: int, opsets: dict[st
             g = Graph(f"{node.op_type} body", _inline(node, body, fn_opsets, version),
                       [ValueInfo(node.inputs[i], types[i]) for i in present],
                       [ValueInfo(x, None) for x in wanted], {})
-            plan = build_plan(g, fn_opsets, functions, outer_scope=node.captures, optimize=optimize)
+            with using_custom_ops(custom):
+                plan = build_plan(g, fn_opsets, functions, outer_scope=node.captures, optimize=optimize)
             return SubPlan(plan, g.name, node.captures, node.captures)
 
         def run(*args):

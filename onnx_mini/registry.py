@@ -14,6 +14,8 @@ Factory parameters whose names start with "_" are not attributes but facts the p
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import importlib
 import inspect
@@ -47,35 +49,183 @@ class KernelSpec:
 _KERNELS: dict[tuple[str, str, int], KernelSpec] = {}
 
 
+def _specs(factory: Callable, op_type: str, domain: str, versions: tuple[int, ...],
+           multi_output: bool | None) -> list[KernelSpec]:
+    """The KernelSpec of a factory for each version (TypeError if its parameters are not keyword-only)."""
+    if not callable(factory):
+        raise TypeError(f"kernel {op_type}: the decorated object must be a factory function")
+    params = inspect.signature(factory).parameters.values()
+    bad = [p.name for p in params if p.kind is not p.KEYWORD_ONLY]
+    if bad:
+        raise TypeError(f"kernel factory {factory.__name__}: parameters {bad} must be keyword-only")
+    attrs = frozenset(p.name for p in params if p.name not in INJECTED)
+    required = frozenset(p.name for p in params if p.default is p.empty and p.name not in INJECTED)
+    injected = frozenset(p.name for p in params if p.name in INJECTED)
+    out = []
+    for v in versions:
+        multi = multi_output
+        if multi is None:
+            schema = _schema(op_type, domain, v)
+            multi = schema is not None and schema.max_output > 1
+        out.append(KernelSpec(factory, op_type, domain, v, attrs, required, injected, multi))
+    return out
+
+
+def _versions(since) -> tuple[int, ...]:
+    versions = (since,) if isinstance(since, (int, np.integer)) else tuple(since)
+    if not versions or not all(isinstance(v, (int, np.integer)) and v >= 1 for v in versions):
+        raise ValueError(f"since must be a version (int >= 1) or a sequence of them, got {since!r}")
+    return tuple(int(v) for v in versions)
+
+
 def kernel(op_type: str, since, domain: str = "", multi_output: bool | None = None):
-    """Register a kernel factory for each listed schema version of (domain, op_type).
+    """Register a built-in kernel factory for each listed schema version of (domain, op_type).
 
     multi_output defaults to what the schema says (more than one output possible); a kernel
     whose op can have several outputs returns a tuple, otherwise the single value.
+    (Users register theirs with onnx_mini.kernel or a CustomOps set: see CustomOps.)
     """
-    versions = (since,) if isinstance(since, int) else tuple(since)
+    versions = _versions(since)
     domain = normalize_domain(domain)
 
     def register(factory: Callable) -> Callable:
-        params = inspect.signature(factory).parameters.values()
-        bad = [p.name for p in params if p.kind is not p.KEYWORD_ONLY]
-        if bad:
-            raise TypeError(f"kernel factory {factory.__name__}: parameters {bad} must be keyword-only")
-        attrs = frozenset(p.name for p in params if p.name not in INJECTED)
-        required = frozenset(p.name for p in params if p.default is p.empty and p.name not in INJECTED)
-        injected = frozenset(p.name for p in params if p.name in INJECTED)
-        for v in versions:
-            key = (domain, op_type, v)
+        for spec in _specs(factory, op_type, domain, versions, multi_output):
+            key = (domain, op_type, spec.since)
             if key in _KERNELS:
                 raise ValueError(f"kernel {key} registered twice")
-            multi = multi_output
-            if multi is None:
-                schema = _schema(op_type, domain, v)
-                multi = schema is not None and schema.max_output > 1
-            _KERNELS[key] = KernelSpec(factory, op_type, domain, v, attrs, required, injected, multi)
+            _KERNELS[key] = spec
         return factory
 
     return register
+
+
+# -- user kernels ---------------------------------------------------------------------------------
+
+STANDARD_DOMAINS = ("", "ai.onnx.ml", "ai.onnx.preview.training")
+
+
+class CustomOps:
+    """A set of user kernels, registered with the same factory decorator as the built-in ones:
+
+        ops = onnx_mini.CustomOps()
+
+        @ops.kernel("MyOp", since=1, domain="my.domain")
+        def my_op(*, alpha=1.0):
+            return lambda x: (x * alpha).astype(x.dtype)
+
+        onnx_mini.prepare(model, custom_ops=ops)      # or InferenceSession(model, custom_ops=ops)
+
+    A node resolves to the newest version registered here not above the model's opset for its
+    domain; the set is consulted before the global user kernels (onnx_mini.kernel) and the built-in
+    ones. A kernel for an operator onnx_mini already runs (ai.onnx, ai.onnx.ml, com.microsoft, ...)
+    replaces it only with override=True (ValueError otherwise). A kernel whose operator has several
+    outputs returns a tuple and is registered with multi_output=True (for a standard operator the
+    default follows its schema).
+    """
+
+    def __init__(self, *sets: "CustomOps"):
+        self._specs: dict[tuple[str, str, int], KernelSpec] = {}
+        for other in sets:
+            self._specs.update(other._specs)
+
+    def kernel(self, op_type: str, since, domain: str = "", *, multi_output: bool | None = None,
+               override: bool = False):
+        versions = _versions(since)
+        domain = normalize_domain(domain)
+
+        def register(factory: Callable) -> Callable:
+            specs = _specs(factory, op_type, domain, versions, multi_output)
+            if not override:
+                builtin = _builtin(domain, op_type)
+                if builtin:
+                    raise ValueError(f"{domain or 'ai.onnx'} {op_type} is {builtin}: a user kernel replaces it "
+                                     f"only when registered with override=True")
+                twice = [s.since for s in specs if (domain, op_type, s.since) in self._specs]
+                if twice:
+                    raise ValueError(f"a kernel for {domain or 'ai.onnx'} {op_type} version(s) {twice} is already "
+                                     "registered here (override=True replaces it)")
+            for spec in specs:
+                self._specs[(domain, op_type, spec.since)] = spec
+            return factory
+
+        return register
+
+    def find(self, domain: str, op_type: str, opset: int | None) -> KernelSpec | None:
+        """The newest kernel registered here for (domain, op_type) not above opset, or None."""
+        if opset is None or not self._specs:
+            return None
+        versions = [v for (d, o, v) in self._specs if d == domain and o == op_type and v <= opset]
+        return self._specs[(domain, op_type, max(versions))] if versions else None
+
+    def ops(self) -> list[tuple[str, str, int]]:
+        """Every registered (domain, op_type, version), sorted."""
+        return sorted(self._specs)
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{d or 'ai.onnx'}:{o}-{v}" for d, o, v in self.ops())
+        return f"CustomOps({shown})"
+
+
+def _builtin(domain: str, op_type: str) -> str:
+    """What already runs (domain, op_type) ('' if nothing): onnx's schema or a built-in kernel."""
+    load_all_ops()
+    if domain in STANDARD_DOMAINS and onnx.defs.has(op_type, domain):
+        return "a standard operator"
+    if any(d == domain and o == op_type for (d, o, _) in _KERNELS):
+        return "a built-in operator"
+    return ""
+
+
+_USER = CustomOps()                      # global user kernels (onnx_mini.kernel)
+
+
+def user_kernel(op_type: str, since, domain: str = "", *, multi_output: bool | None = None,
+                override: bool = False):
+    """onnx_mini.kernel: register a user kernel factory globally (every model prepared afterwards sees
+    it). Same rules as CustomOps.kernel; the built-in kernels themselves are never modified."""
+    return _USER.kernel(op_type, since, domain, multi_output=multi_output, override=override)
+
+
+def global_custom_ops() -> CustomOps:
+    return _USER
+
+
+def overrides_builtin(custom_ops: CustomOps | None) -> bool:
+    """Whether a user kernel in force (custom_ops or the global ones) replaces a built-in operator
+    (the graph optimiser rewrites built-in operators by their known semantics, so it must not run)."""
+    return any(_builtin(d, o) for user in (custom_ops, _USER) if user is not None for d, o, _ in user.ops())
+
+
+def as_custom_ops(custom_ops) -> CustomOps | None:
+    """custom_ops as given to prepare/InferenceSession (None, a CustomOps, or a list of them) -> one set."""
+    if custom_ops is None:
+        return None
+    if isinstance(custom_ops, CustomOps):
+        return custom_ops
+    if isinstance(custom_ops, (list, tuple)) and all(isinstance(c, CustomOps) for c in custom_ops):
+        return CustomOps(*custom_ops)
+    raise TypeError(f"custom_ops must be a CustomOps or a list of them, got {type(custom_ops).__name__}")
+
+
+_active: contextvars.ContextVar[CustomOps | None] = contextvars.ContextVar("onnx_mini_custom_ops", default=None)
+
+
+def active_custom_ops() -> CustomOps | None:
+    """The per-model kernel set planning runs with (None outside a custom_ops model)."""
+    return _active.get()
+
+
+@contextlib.contextmanager
+def using_custom_ops(custom_ops: CustomOps | None):
+    """Resolution inside the block consults custom_ops first (per-model kernels while planning)."""
+    token = _active.set(custom_ops)
+    try:
+        yield
+    finally:
+        _active.reset(token)
 
 
 _loaded = False
@@ -188,7 +338,12 @@ def arity_problem(node: Node, spec: KernelSpec) -> str:
 def resolve(domain: str, op_type: str, opset: int | None) -> Resolution:
     """Resolve (domain, op_type) at the model's opset for that domain."""
     load_all_ops()
-    return _resolve(normalize_domain(domain), op_type, opset)
+    domain = normalize_domain(domain)
+    for user in (_active.get(), _USER):      # per-model kernels, then global user kernels
+        spec = user.find(domain, op_type, opset) if user is not None else None
+        if spec is not None:
+            return Resolution(spec.since, kernel=spec)
+    return _resolve(domain, op_type, opset)
 
 
 @functools.lru_cache(maxsize=None)
@@ -198,6 +353,11 @@ def _resolve(domain: str, op_type: str, opset: int | None) -> Resolution:
     if onnx.defs.has(op_type, domain):
         schema = _schema(op_type, domain, opset)
         if schema is None:
+            # onnxruntime's contrib schemas in the ai.onnx domain (LayerNormalization below opset 17):
+            # a kernel registered for a version before onnx's first one
+            older = [v for (d, o, v) in _KERNELS if d == domain and o == op_type and v <= opset]
+            if older:
+                return Resolution(max(older), kernel=_KERNELS[(domain, op_type, max(older))])
             return Resolution(None, problem=f"{op_type} does not exist in opset {opset} of domain "
                                             f"{domain or 'ai.onnx'!r}")
         version = schema.since_version

@@ -223,14 +223,15 @@ class InferenceSession:
 
     The model is a path, bytes, binary file object or ModelProto. onnx_mini's own keyword arguments:
     optimize (bool; default from sess_options), verbose (True or a text stream: a per-node trace of
-    every run), base_dir (the folder of external data when the model is given as bytes).
+    every run), base_dir (the folder of external data when the model is given as bytes), custom_ops
+    (a CustomOps, or a list of them: user kernels this session resolves first).
     onnxruntime's provider_options, disabled_optimizers and any other keyword are accepted with a
     warning. A session pickles (the parsed model, external data included, is re-planned on load).
     """
 
     def __init__(self, path_or_bytes, sess_options: SessionOptions | None = None, providers=None,
                  provider_options=None, *, optimize: bool | None = None, verbose: Any = False,
-                 base_dir: str | None = None, **kwargs: Any):
+                 base_dir: str | None = None, custom_ops=None, **kwargs: Any):
         opts = sess_options if sess_options is not None else SessionOptions()
         if not isinstance(opts, SessionOptions):
             opts = _foreign_options(opts, SessionOptions)
@@ -244,7 +245,7 @@ class InferenceSession:
         if not verbose and opts.log_severity_level == 0:
             verbose = True
         self._prepared = PreparedModel(loader.load(path_or_bytes, base_dir), optimize=optimize,
-                                       verbose=verbose)
+                                       verbose=verbose, custom_ops=custom_ops)
         self._init_names()
 
     def _init_names(self) -> None:
