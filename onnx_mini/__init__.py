@@ -6,6 +6,7 @@
 from . import errors
 from .backend import Backend, PreparedModel, is_compatible, prepare, run_model, run_node, supports_device
 from .compare import CompareResult, Divergence, compare
+from .dtypes import get_limits, set_limits
 from .loader import load
 from .profile import Profile, profile
 from .registry import CustomOps, supported_ops
@@ -18,4 +19,4 @@ __all__ = ["Backend", "PreparedModel", "InferenceSession", "prepare", "run_model
            "supports_device", "is_compatible", "load", "supported_ops", "errors", "compare", "CompareResult",
            "Divergence", "profile", "Profile", "SessionOptions", "RunOptions", "NodeArg", "GraphOptimizationLevel",
            "ExecutionMode", "ExecutionOrder", "IgnoredOptionWarning", "get_available_providers", "get_all_providers",
-           "get_device", "kernel", "CustomOps"]
+           "get_device", "kernel", "CustomOps", "set_limits", "get_limits"]
