@@ -269,7 +269,7 @@ def test_options_fields_and_defaults():
 
 
 @pytest.mark.parametrize("field,value", [
-    ("intra_op_num_threads", 2), ("inter_op_num_threads", 2),
+    ("inter_op_num_threads", 2),
     ("execution_mode", onnx_mini.ExecutionMode.ORT_PARALLEL), ("enable_profiling", True),
     ("optimized_model_filepath", "opt.onnx"), ("log_verbosity_level", 1), ("logid", "mine"),
     ("enable_cpu_mem_arena", False), ("enable_mem_pattern", False), ("enable_mem_reuse", False),
@@ -284,6 +284,37 @@ def test_ignored_session_option_warns_once(field, value):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         InferenceSession(mlp(), so)                                 # once per process
+
+
+def test_intra_op_num_threads_caps_onnx_mini_kernel_threads(monkeypatch):
+    # A 2048x2048 GatherElements splits its blocks over the thread pool; with intra_op_num_threads=1
+    # the session's runs must not touch the pool, and other sessions keep using it.
+    from onnx_mini import parallel
+    if parallel.THREADS < 2:
+        pytest.skip("this machine (or ONNX_MINI_THREADS) gives onnx_mini a single thread")
+    node = helper.make_node("GatherElements", ["x", "i"], ["y"], axis=1)
+    m = helper.make_model(helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2048, 2048]),
+                      helper.make_tensor_value_info("i", TensorProto.INT64, [2048, 2048])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2048, 2048])]),
+        opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((2048, 2048)).astype(np.float32),
+             "i": rng.integers(0, 2048, (2048, 2048))}
+    expected = np.take_along_axis(feeds["x"], feeds["i"], axis=1)
+    used = []
+    real = parallel._get_pool
+    monkeypatch.setattr(parallel, "_get_pool", lambda: used.append(1) or real())
+    one = SessionOptions()
+    one.intra_op_num_threads = 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                # honoured: no "ignored" warning
+        (y,) = InferenceSession(m, one).run(None, feeds)
+    np.testing.assert_array_equal(y, expected)
+    assert used == []
+    (y,) = InferenceSession(m).run(None, feeds)
+    np.testing.assert_array_equal(y, expected)
+    assert used
 
 
 def test_default_or_honoured_options_do_not_warn():

@@ -6,6 +6,8 @@ threads (default: the CPU count; 1 disables it). Kernels stay pure: each part wr
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -13,6 +15,8 @@ from typing import Callable
 
 THREADS = max(1, int(os.environ.get("ONNX_MINI_THREADS", os.cpu_count() or 1)))
 _pool: ThreadPoolExecutor | None = None
+# A per-run cap (a session's intra_op_num_threads), local to the thread and context running it.
+_cap: contextvars.ContextVar[int | None] = contextvars.ContextVar("onnx_mini_threads", default=None)
 _lock = threading.Lock()
 
 
@@ -28,7 +32,9 @@ def _get_pool() -> ThreadPoolExecutor:
 def split(work: Callable[[int, int], None], n_items: int, min_items: int) -> None:
     """Call work(start, stop) over contiguous parts of range(n_items), in parallel when there are
     at least min_items per part; the calling thread does the first part itself."""
-    parts = min(THREADS, n_items // max(1, min_items))
+    cap = _cap.get()
+    threads = THREADS if cap is None else max(1, min(cap, THREADS))
+    parts = min(threads, n_items // max(1, min_items))
     if parts <= 1:
         work(0, n_items)
         return
@@ -37,3 +43,13 @@ def split(work: Callable[[int, int], None], n_items: int, min_items: int) -> Non
     work(edges[0], edges[1])
     for f in futures:
         f.result()
+
+
+@contextlib.contextmanager
+def limited(threads: int | None):
+    """Within the block, split() uses at most `threads` threads (None or 0: no cap)."""
+    token = _cap.set(threads or None)
+    try:
+        yield
+    finally:
+        _cap.reset(token)

@@ -20,7 +20,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from . import loader
+from . import loader, parallel
 from .backend import PreparedModel, trace_hook
 from .errors import InputError
 from .executor import execute
@@ -126,7 +126,9 @@ class _Options:
 
 class SessionOptions(_Options):
     """onnxruntime.SessionOptions' fields. Honoured: graph_optimization_level (ORT_DISABLE_ALL runs the
-    graph as written: optimize=False), log_severity_level (0 = verbose: a per-node trace on stderr),
+    graph as written: optimize=False), intra_op_num_threads (caps the threads onnx_mini's own kernels
+    split work over during this session's runs; numpy's BLAS keeps its own), log_severity_level
+    (0 = verbose: a per-node trace on stderr),
     execution_mode ORT_SEQUENTIAL and use_deterministic_compute (onnx_mini is both). Every other field
     set to a non-default value warns once that it has no effect."""
     _DEFAULTS = {
@@ -141,8 +143,6 @@ class SessionOptions(_Options):
     _WHY = {
         "log_verbosity_level": "onnx_mini has one verbose level (log_severity_level=0 traces every node)",
         "logid": "onnx_mini's trace has no logger id",
-        "intra_op_num_threads": "the thread count of onnx_mini's large kernels is process-wide: set the "
-                                "ONNX_MINI_THREADS environment variable before importing onnx_mini",
         "inter_op_num_threads": "onnx_mini runs nodes one after the other",
         "execution_mode": "onnx_mini runs nodes one after the other (ORT_SEQUENTIAL)",
         "execution_order": "onnx_mini runs nodes in a stable topological order",
@@ -333,7 +333,8 @@ class InferenceSession:
         if hook is None and self._prepared.verbose:
             hook = trace_hook(self._prepared.verbose)
         plan = self._prepared.plan_for(names, input_feed)
-        return export_outputs(execute(plan, bind_inputs(plan, input_feed), hook))
+        with parallel.limited(self._options.intra_op_num_threads):
+            return export_outputs(execute(plan, bind_inputs(plan, input_feed), hook))
 
 
 def _check_providers(providers, provider_options) -> None:
