@@ -22,7 +22,7 @@ from ..nn.conv_quantized import qlinear_conv_10
 from ..nn.pool import _average_pool
 from ..quantization import layout, quantize_array
 from .quantized_matmul import _Memo
-from .transformer import embed_layer_normalization_1
+from .layer_norm import embed_layer_normalization_1
 
 MS = "com.microsoft"
 _F32 = np.dtype(np.float32)
