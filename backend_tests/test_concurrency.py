@@ -92,6 +92,40 @@ def test_inference_session_from_8_threads_matches_single_thread():
     _hammer(lambda x: sess.run(None, {"x": x}))
 
 
+def tree_model():
+    """Flatten the CNN's input to 64 features, then a 20-tree TreeEnsembleRegressor of depth 3."""
+    rng = np.random.default_rng(7)
+    attrs = {k: [] for k in ("nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_values", "nodes_modes",
+                             "nodes_truenodeids", "nodes_falsenodeids", "target_treeids", "target_nodeids",
+                             "target_ids", "target_weights")}
+    for t in range(20):
+        for n in range(15):                       # complete binary tree: 0..6 internal, 7..14 leaves
+            leaf = n >= 7
+            attrs["nodes_treeids"].append(t)
+            attrs["nodes_nodeids"].append(n)
+            attrs["nodes_featureids"].append(0 if leaf else int(rng.integers(0, 64)))
+            attrs["nodes_values"].append(0.0 if leaf else float(rng.standard_normal()))
+            attrs["nodes_modes"].append("LEAF" if leaf else "BRANCH_LEQ")
+            attrs["nodes_truenodeids"].append(0 if leaf else 2 * n + 1)
+            attrs["nodes_falsenodeids"].append(0 if leaf else 2 * n + 2)
+            if leaf:
+                attrs["target_treeids"].append(t)
+                attrs["target_nodeids"].append(n)
+                attrs["target_ids"].append(0)
+                attrs["target_weights"].append(float(rng.standard_normal()))
+    nodes = [helper.make_node("Flatten", ["x"], ["f"]),
+             helper.make_node("TreeEnsembleRegressor", ["f"], ["y"], domain="ai.onnx.ml", n_targets=1, **attrs)]
+    return model(nodes, [("x", F, [2, 1, 8, 8])], [("y", F, None)],
+                 opset=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)])
+
+
+def test_tree_ensemble_from_8_threads_matches_single_thread():
+    rep = onnx_mini.prepare(tree_model())
+    a, b = rep.run([_feed(1)])[0], rep.run([_feed(2)])[0]
+    assert a.shape == (2, 1) and not np.array_equal(a, b)
+    _hammer(lambda x: list(rep.run([x])))
+
+
 def test_threads_see_different_results_for_different_inputs():
     # the hammer above would pass trivially if every input gave the same output
     rep = onnx_mini.prepare(cnn_model())

@@ -1,5 +1,7 @@
 """Hostile models: one named regression test per bug the fuzzer (test_fuzz.py) found, and the resource
 guards on tensors whose size comes from data. Every failure must be an OnnxMiniError with a message."""
+import pickle
+
 import numpy as np
 import onnx
 import pytest
@@ -469,3 +471,31 @@ def test_loop_scan_outputs_are_limited(small_limit):
         rep.run([np.array(1000), row])
     (rows,) = rep.run([np.array(16), row])
     assert rows.shape == (16, 1 << 14)
+
+
+def test_a_prepared_model_can_have_its_own_size_limit():
+    # ConstantOfShape of 2**20 float32 = 4 MiB: refused under a 1 MiB model limit, fine elsewhere.
+    node = helper.make_node("ConstantOfShape", ["shape"], ["y"], name="big")
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("shape", TensorProto.INT64, [1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    shape = np.array([1 << 20], np.int64)
+    small = onnx_mini.prepare(m, max_tensor_bytes=1 << 20)
+    with pytest.raises(KernelError, match="big"):
+        small.run([shape])
+    assert onnx_mini.prepare(m).run([shape])[0].shape == (1 << 20,)          # other models unaffected
+    assert small.run([np.array([1000], np.int64)])[0].shape == (1000,)        # under the limit: fine
+    sess = onnx_mini.InferenceSession(m, max_tensor_bytes=1 << 20)
+    with pytest.raises(KernelError, match="big"):
+        sess.run(None, {"shape": shape})
+    again = pickle.loads(pickle.dumps(small))
+    with pytest.raises(KernelError, match="big"):
+        again.run([shape])
+    init = helper.make_model(helper.make_graph(
+        [helper.make_node("Identity", ["w"], ["y"])], "g", [],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.zeros(1 << 19, np.float32), "w")]),     # a 2 MiB initializer
+        opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    with pytest.raises(OnnxMiniError, match="2097152|limit|exceed"):
+        onnx_mini.prepare(init, max_tensor_bytes=1 << 20)
+    assert onnx_mini.prepare(init).run([])[0].shape == (1 << 19,)

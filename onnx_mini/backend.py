@@ -13,7 +13,7 @@ import onnx.defs
 from onnx.backend.base import Backend as _OnnxBackend
 from onnx.backend.base import BackendRep, namedtupledict
 
-from . import loader
+from . import dtypes, loader
 from .executor import Hook, execute
 from .graph import Graph, Model, Node, ValueInfo
 from .inputs import bind_inputs, export_outputs
@@ -37,8 +37,10 @@ class PreparedModel(BackendRep):
     included) travels, and the plans are rebuilt when it is unpickled; no file is read again.
     """
 
-    def __init__(self, model: Model, *, optimize: bool = True, verbose: Any = False, custom_ops=None):
+    def __init__(self, model: Model, *, optimize: bool = True, verbose: Any = False, custom_ops=None,
+                 max_tensor_bytes: int | None = None):
         self.model = model
+        self.max_tensor_bytes = max_tensor_bytes       # this model's own size limit (None: process-wide only)
         self.custom_ops = as_custom_ops(custom_ops)   # per-model user kernels, resolved first
         # a user kernel replacing a built-in operator: no graph rewrites (they assume the built-in's meaning)
         self.optimize = optimize and not overrides_builtin(self.custom_ops)
@@ -65,7 +67,7 @@ class PreparedModel(BackendRep):
                         g = replace(g, outputs=[ValueInfo(n, None) for n in outputs])
                     if self.defaults and not overrides:
                         g = replace(g, inputs=[v for v in g.inputs if v.name not in self.defaults])
-                    with using_custom_ops(self.custom_ops):
+                    with using_custom_ops(self.custom_ops), dtypes.model_limits(self.max_tensor_bytes):
                         plan = self._plans[key] = build_plan(g, self.model.opsets, self.model.functions,
                                                              optimize=self.optimize)
         return plan
@@ -73,7 +75,8 @@ class PreparedModel(BackendRep):
     def __getstate__(self) -> dict:
         # plans hold closures (not picklable) and are cheap to rebuild; a text stream cannot travel
         verbose = self.verbose if isinstance(self.verbose, bool) else bool(self.verbose)
-        return {"model": self.model, "optimize": self.optimize, "verbose": verbose, "custom_ops": self.custom_ops}
+        return {"model": self.model, "optimize": self.optimize, "verbose": verbose, "custom_ops": self.custom_ops,
+                "max_tensor_bytes": self.max_tensor_bytes}
 
     def __setstate__(self, state: dict) -> None:
         model = state["model"]
@@ -81,7 +84,7 @@ class PreparedModel(BackendRep):
         for f in model.functions.values():
             _freeze_initializers(None, f.nodes)
         self.__init__(model, optimize=state["optimize"], verbose=state["verbose"],
-                      custom_ops=state.get("custom_ops"))
+                      custom_ops=state.get("custom_ops"), max_tensor_bytes=state.get("max_tensor_bytes"))
 
     def _overrides(self, feeds: Any) -> bool:
         """Whether the feeds give a value to an initializer-backed input."""
@@ -108,7 +111,8 @@ class PreparedModel(BackendRep):
         plan = self.plan if not self.defaults else self.plan_for(tuple(self.plan.output_names), inputs)
         if self.verbose:
             hook = _chain(trace_hook(self.verbose), hook)
-        values = execute(plan, bind_inputs(plan, inputs), hook)
+        with dtypes.model_limits(self.max_tensor_bytes):
+            values = execute(plan, bind_inputs(plan, inputs), hook)
         return self._outputs_type(*export_outputs(values))
 
 
@@ -179,13 +183,17 @@ class Backend(_OnnxBackend):
 
     @classmethod
     def prepare(cls, model, device: str = "CPU", *, optimize: bool = True, base_dir: str | None = None,
-                verbose: Any = False, custom_ops=None, **kwargs: Any) -> PreparedModel:
+                verbose: Any = False, custom_ops=None, max_tensor_bytes: int | None = None,
+                **kwargs: Any) -> PreparedModel:
         """model: ModelProto, path, bytes or binary file. verbose: True (stderr) or a text stream to
         print a per-node trace of every run. custom_ops: a CustomOps (or a list of them) whose kernels
-        this model resolves first (see onnx_mini.CustomOps)."""
+        this model resolves first (see onnx_mini.CustomOps). max_tensor_bytes: this model's own cap on
+        one tensor's size while loading, planning and running (below the process-wide set_limits)."""
         _check_device(device)
-        return PreparedModel(loader.load(model, base_dir), optimize=optimize, verbose=verbose,
-                             custom_ops=custom_ops)
+        with dtypes.model_limits(max_tensor_bytes):
+            loaded = loader.load(model, base_dir)
+        return PreparedModel(loaded, optimize=optimize, verbose=verbose, custom_ops=custom_ops,
+                             max_tensor_bytes=max_tensor_bytes)
 
     @classmethod
     def run_model(cls, model, inputs: Any, device: str = "CPU", **kwargs: Any):

@@ -7,6 +7,8 @@ already read by the loader, which owns the path-safety rules.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import os
 import sys
@@ -147,6 +149,24 @@ def set_limits(*, max_tensor_bytes: int | None = None, max_loop_iterations: int 
     return previous
 
 
+# A prepared model's own max_tensor_bytes (prepare(..., max_tensor_bytes=)), set around its loading,
+# planning and runs; the smaller of it and the process-wide limit applies.
+_model_max_tensor_bytes: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "onnx_mini_max_tensor_bytes", default=None)
+
+
+@contextlib.contextmanager
+def model_limits(max_tensor_bytes: int | None = None):
+    """Within the block, tensors may take at most max_tensor_bytes (None: only the process-wide limit)."""
+    if max_tensor_bytes is not None and int(max_tensor_bytes) <= 0:
+        raise ValueError("max_tensor_bytes must be > 0")
+    token = _model_max_tensor_bytes.set(None if max_tensor_bytes is None else int(max_tensor_bytes))
+    try:
+        yield
+    finally:
+        _model_max_tensor_bytes.reset(token)
+
+
 def get_limits() -> dict:
     return dict(_limits)
 
@@ -171,6 +191,9 @@ def check_size(shape, dtype, what: str = "the result", error=ResourceLimitError)
     itemsize = np.dtype(dtype).itemsize if dtype is not None else 1
     nbytes = count * itemsize
     cap = _limits["max_tensor_bytes"]
+    own = _model_max_tensor_bytes.get()
+    if own is not None:
+        cap = min(cap, own)
     if nbytes > cap:
         raise error(f"{what}: shape {list(map(int, shape))} of {np.dtype(dtype) if dtype is not None else 'bytes'} "
                     f"needs {nbytes:,} bytes, over the limit of {cap:,} bytes "

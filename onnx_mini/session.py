@@ -20,7 +20,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from . import loader, parallel
+from . import dtypes, loader, parallel
 from .backend import PreparedModel, trace_hook
 from .errors import InputError
 from .executor import execute
@@ -231,7 +231,7 @@ class InferenceSession:
 
     def __init__(self, path_or_bytes, sess_options: SessionOptions | None = None, providers=None,
                  provider_options=None, *, optimize: bool | None = None, verbose: Any = False,
-                 base_dir: str | None = None, custom_ops=None, **kwargs: Any):
+                 base_dir: str | None = None, custom_ops=None, max_tensor_bytes: int | None = None, **kwargs: Any):
         opts = sess_options if sess_options is not None else SessionOptions()
         if not isinstance(opts, SessionOptions):
             opts = _foreign_options(opts, SessionOptions)
@@ -244,8 +244,10 @@ class InferenceSession:
             optimize = opts.optimize
         if not verbose and opts.log_severity_level == 0:
             verbose = True
-        self._prepared = PreparedModel(loader.load(path_or_bytes, base_dir), optimize=optimize,
-                                       verbose=verbose, custom_ops=custom_ops)
+        with dtypes.model_limits(max_tensor_bytes):
+            loaded = loader.load(path_or_bytes, base_dir)
+        self._prepared = PreparedModel(loaded, optimize=optimize, verbose=verbose, custom_ops=custom_ops,
+                                       max_tensor_bytes=max_tensor_bytes)
         self._init_names()
 
     def _init_names(self) -> None:
@@ -333,7 +335,8 @@ class InferenceSession:
         if hook is None and self._prepared.verbose:
             hook = trace_hook(self._prepared.verbose)
         plan = self._prepared.plan_for(names, input_feed)
-        with parallel.limited(self._options.intra_op_num_threads):
+        with parallel.limited(self._options.intra_op_num_threads), \
+                dtypes.model_limits(self._prepared.max_tensor_bytes):
             return export_outputs(execute(plan, bind_inputs(plan, input_feed), hook))
 
 
