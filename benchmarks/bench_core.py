@@ -537,6 +537,22 @@ def machine_info() -> str:
             f"CPU count {os.cpu_count()}" + (f" ({cpu})" if cpu else "") + f", {platform.system()} {platform.machine()}")
 
 
+def report(table: "Table", quick: bool, start: float, extra: str = "",
+           what: str = "median of repeats after warm-up") -> None:
+    """The closing report every benchmark script prints: the table, `extra` lines, notes, total time."""
+    print(f"\nResults ({'quick' if quick else 'full'} run; {what}; "
+          "mini/ort = onnx_mini time / onnxruntime time, ref/mini = onnx.reference time / onnx_mini time)")
+    print("machine:", machine_info())
+    print(table.render())
+    if extra:
+        print(extra)
+    if table.notes:
+        print("\nNotes:")
+        for note in table.notes:
+            print(" - " + note)
+    print(f"\ntotal benchmark time: {time.perf_counter() - start:.1f} s")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer repetitions (under ~40 s)")
@@ -556,15 +572,7 @@ def main(argv=None) -> int:
             print(f"  {case.__name__} aborted: {short(e, 300)}", flush=True)
         gc.collect()
 
-    print(f"\nResults ({'quick' if args.quick else 'full'} run; median of repeats after warm-up; "
-          "mini/ort = onnx_mini time / onnxruntime time, ref/mini = onnx.reference time / onnx_mini time)")
-    print("machine:", machine_info())
-    print(table.render())
-    if table.notes:
-        print("\nNotes:")
-        for note in table.notes:
-            print(" - " + note)
-    print(f"\ntotal benchmark time: {time.perf_counter() - start:.1f} s")
+    report(table, args.quick, start)
     return 0
 
 

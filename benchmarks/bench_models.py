@@ -99,20 +99,11 @@ def main(argv=None) -> int:
             table.notes.append(f"{label}: aborted: {core.short(e, 300)}")
             print(f"  aborted: {core.short(e, 300)}", flush=True)
         gc.collect()
-    print(f"\nResults ({'quick' if args.quick else 'full'} run; median latency per run after warm-up; "
-          "mini/ort = onnx_mini time / onnxruntime time, ref/mini = onnx.reference time / onnx_mini time)")
-    print("machine:", core.machine_info())
-    print(table.render())
     g_ort, g_ref = geomean(ratios_ort), geomean(ratios_ref)
-    print(f"\ngeometric mean over {len(ratios_ort)} models: onnx_mini/onnxruntime = "
-          f"{g_ort:.2f}x" if g_ort else "\ngeometric mean onnx_mini/onnxruntime: n/a", end="")
-    print(f"; over {len(ratios_ref)} models: onnx.reference/onnx_mini = {g_ref:.2f}x" if g_ref
-          else "; onnx.reference/onnx_mini: n/a")
-    if table.notes:
-        print("\nNotes:")
-        for note in table.notes:
-            print(" - " + note)
-    print(f"\ntotal benchmark time: {time.perf_counter() - start:.1f} s")
+    extra = (f"\ngeometric mean over {len(ratios_ort)} models: onnx_mini/onnxruntime = "
+             + (f"{g_ort:.2f}x" if g_ort else "n/a")
+             + f"; over {len(ratios_ref)} models: onnx.reference/onnx_mini = " + (f"{g_ref:.2f}x" if g_ref else "n/a"))
+    core.report(table, args.quick, start, extra, what="median latency per run after warm-up")
     return 0
 
 

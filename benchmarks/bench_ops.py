@@ -113,15 +113,7 @@ def main(argv=None) -> int:
             table.notes.append(f"{case.__name__} aborted: {core.short(e, 300)}")
             print(f"  {case.__name__} aborted: {core.short(e, 300)}", flush=True)
         gc.collect()
-    print(f"\nResults ({'quick' if args.quick else 'full'} run; median of repeats after warm-up; "
-          "mini/ort = onnx_mini time / onnxruntime time, ref/mini = onnx.reference time / onnx_mini time)")
-    print("machine:", core.machine_info())
-    print(table.render())
-    if table.notes:
-        print("\nNotes:")
-        for note in table.notes:
-            print(" - " + note)
-    print(f"\ntotal benchmark time: {time.perf_counter() - start:.1f} s")
+    core.report(table, args.quick, start)
     return 0
 
 
