@@ -107,13 +107,20 @@ def upcast(x: np.ndarray) -> np.ndarray:
 
 def float32_compute(fn):
     """Wrap fn(x, *rest) so that an UPCAST-typed x (and any array in rest of the same type) is
-    computed in float32 and the result rounded back once to x's type; other types pass through."""
+    computed in float32 and the result rounded back once to x's type; other types pass through.
+    A string tensor gets a clear InvalidValueError (the try costs nothing unless fn fails)."""
     def run(x, *rest):
-        dt = x.dtype
-        if dt in UPCAST:
-            rest = [r.astype(np.float32) if isinstance(r, np.ndarray) and r.dtype == dt else r for r in rest]
-            return as_array(fn(x.astype(np.float32), *rest)).astype(dt)
-        return as_array(fn(x, *rest))
+        try:
+            dt = x.dtype
+            if dt in UPCAST:
+                rest = [r.astype(np.float32) if isinstance(r, np.ndarray) and r.dtype == dt else r for r in rest]
+                return as_array(fn(x.astype(np.float32), *rest)).astype(dt)
+            return as_array(fn(x, *rest))
+        except (TypeError, ValueError) as e:
+            if isinstance(e, InvalidValueError) or x.dtype != object:
+                raise
+            raise InvalidValueError(f"the operator computes on numbers, got a string tensor of shape "
+                                    f"{list(x.shape)}") from None
     return run
 
 
@@ -153,3 +160,15 @@ def dtype_attribute(value: int, op: str, version: int, param: str, what: str) ->
         raise ValueError(f"{what}={value} ({type_name(int(value))}) is not an allowed output type of "
                          f"{op}-{version}")
     return dt
+
+
+def broadcasts_to(shape: tuple, target: tuple) -> bool:
+    """Whether an array of `shape` broadcasts to `target` without changing it (ONNX unidirectional
+    broadcasting: PRelu's slope, normalization scales, attention masks)."""
+    if tuple(shape) == tuple(target):
+        return True
+    try:
+        return np.broadcast_shapes(tuple(shape), tuple(target)) == tuple(target)
+    except ValueError:
+        return False
+

@@ -55,7 +55,7 @@ import numpy as np
 
 from ...errors import InvalidValueError
 from ...registry import kernel
-from .._common import UPCAST
+from .._common import UPCAST, broadcasts_to
 from ..nn.attention import _softmax, rotary_embedding_23
 from ..nn._common import text
 
@@ -115,11 +115,7 @@ def _mix(probs: np.ndarray, v: np.ndarray) -> np.ndarray:
 
 
 def _check_bias(bias: np.ndarray, shape: tuple, what: str) -> None:
-    try:
-        ok = bias.ndim == 4 and np.broadcast_shapes(bias.shape, shape) == shape
-    except ValueError:
-        ok = False
-    if not ok:
+    if not (bias.ndim == 4 and broadcasts_to(bias.shape, shape)):
         raise InvalidValueError(f"{what} of shape {list(bias.shape)} must be (batch or 1, heads or 1, sequence, "
                                 f"total_sequence) = {list(shape)}")
 

@@ -20,8 +20,8 @@ import numpy as np
 
 from ...errors import InvalidValueError
 from ...registry import kernel
-from .._common import as_array, same_type
-from .unary import erfc, float32_compute
+from .._common import as_array, broadcasts_to, float32_compute, same_type
+from .unary import erfc
 
 
 def _f32(v: float) -> float:
@@ -69,14 +69,9 @@ def _sigmoid(x: np.ndarray, alpha: float = 1.0) -> np.ndarray:
 
 def _unidirectional(x: np.ndarray, slope: np.ndarray) -> None:
     """slope must broadcast to x's shape (ONNX unidirectional broadcasting)."""
-    if slope.shape != x.shape:
-        try:
-            shape = np.broadcast_shapes(x.shape, slope.shape)
-        except ValueError:
-            shape = None
-        if shape != x.shape:
-            raise InvalidValueError(f"slope of shape {list(slope.shape)} does not broadcast to X of shape "
-                                    f"{list(x.shape)} (unidirectional broadcasting)")
+    if not broadcasts_to(slope.shape, x.shape):
+        raise InvalidValueError(f"slope of shape {list(slope.shape)} does not broadcast to X of shape "
+                                f"{list(x.shape)} (unidirectional broadcasting)")
 
 
 def _prelu_math(x, slope):

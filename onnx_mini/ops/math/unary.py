@@ -11,32 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import InvalidValueError, OnnxMiniError
 from ...registry import kernel
-from .._common import UPCAST, as_array
+from .._common import float32_compute
 
-
-def not_numeric(error: Exception, x: np.ndarray) -> Exception:
-    """The error to raise when a float op failed on `x`: a clear InvalidValueError for a string tensor
-    (numpy's TypeError otherwise), the original error for anything else."""
-    if isinstance(error, OnnxMiniError) or x.dtype != object:
-        return error
-    return InvalidValueError(f"the operator computes on numbers, got a string tensor of shape {list(x.shape)}")
-
-
-def float32_compute(fn):
-    """ops/_common.float32_compute (UPCAST types computed in float32, rounded back once) with the string-
-    tensor error of not_numeric; the try costs nothing unless fn fails."""
-    def run(x, *rest):
-        try:
-            dt = x.dtype
-            if dt in UPCAST:
-                rest = [r.astype(np.float32) if isinstance(r, np.ndarray) and r.dtype == dt else r for r in rest]
-                return as_array(fn(x.astype(np.float32), *rest)).astype(dt)
-            return as_array(fn(x, *rest))
-        except (TypeError, ValueError) as e:
-            raise not_numeric(e, x) from None
-    return run
 
 # -- erf / erfc -----------------------------------------------------------------------------------
 # W. J. Cody, "Rational Chebyshev approximations for the error function", Math. Comp. 23 (1969),

@@ -24,7 +24,7 @@ import numpy as np
 
 from ...errors import InvalidValueError
 from ...registry import kernel
-from .._common import UPCAST
+from .._common import UPCAST, broadcasts_to
 
 _SOFTMAX_TYPES = {1: np.dtype(np.float32), 10: np.dtype(np.float16), 11: np.dtype(np.float64),
                   16: np.dtype(ml_dtypes.bfloat16)}
@@ -192,11 +192,7 @@ def _bias(mask, nonpad, past, ct: np.dtype, shape, causal: bool, pad_short_mask:
         n = out.shape[-1]
         if pad_short_mask and n < total:   # 24+: a shorter last dim is padded with -inf
             out = np.concatenate([out, np.full(out.shape[:-1] + (total - n,), neg, ct)], axis=-1)
-        try:
-            ok = np.broadcast_shapes(out.shape, shape) == shape
-        except ValueError:
-            ok = False
-        if not ok:
+        if not broadcasts_to(out.shape, shape):
             raise InvalidValueError(f"attn_mask of shape {list(mask.shape)} does not broadcast to "
                                     f"(batch, q_num_heads, q_seq, total_seq) = {list(shape)}")
     if nonpad is not None:

@@ -18,7 +18,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ...dtypes import np_dtype
 from ...errors import InvalidValueError
 from ...registry import kernel
-from .._common import UPCAST, normalize_axis, upcast
+from .._common import UPCAST, broadcasts_to, normalize_axis, upcast
 
 
 # -- shared helpers ------------------------------------------------------------------------------
@@ -58,11 +58,7 @@ def _stash(stash_type: int, allowed):
 
 def _broadcastable(name: str, p: np.ndarray, shape: tuple) -> None:
     """p must broadcast to `shape` without changing it (unidirectional broadcasting)."""
-    try:
-        ok = np.broadcast_shapes(p.shape, shape) == shape
-    except ValueError:
-        ok = False
-    if not ok:
+    if not broadcasts_to(p.shape, shape):
         raise InvalidValueError(f"{name} of shape {list(p.shape)} is not unidirectionally broadcastable "
                                 f"to X of shape {list(shape)}")
 
