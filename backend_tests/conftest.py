@@ -45,7 +45,8 @@ def pytest_collection_modifyitems(config, items):
     for item in backend:
         for pattern, reason, lineno in entries:
             if pattern.fullmatch(item.name):
-                item.add_marker(pytest.mark.xfail(reason=reason, strict=True))
+                # "random:" entries: whether the test passes is chance, so a pass is not an error
+                item.add_marker(pytest.mark.xfail(reason=reason, strict=not reason.startswith("random:")))
                 used.add(lineno)
                 break
     # A stale entry (matching no test) would hide nothing but rot; only checked on full-suite runs.
