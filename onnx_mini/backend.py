@@ -13,7 +13,7 @@ import onnx.defs
 from onnx.backend.base import Backend as _OnnxBackend
 from onnx.backend.base import BackendRep, namedtupledict
 
-from . import dtypes, loader
+from . import dtypes, loader, parallel
 from .executor import Hook, execute
 from .graph import Graph, Model, Node, ValueInfo
 from .inputs import bind_inputs, export_outputs
@@ -33,13 +33,20 @@ class PreparedModel(BackendRep):
     verbose: True (stderr) or a text stream: every run prints a per-node trace (trace_hook); off, the
     plain executor loop runs and the trace costs nothing.
 
+    threads: at most this many threads per run for the kernels that split their work (None: the
+    ONNX_MINI_THREADS default, the CPU count; 1: every run fully sequential, numpy's BLAS included).
+
     A PreparedModel pickles: the parsed model (plain Python objects and numpy arrays, external data
     included) travels, and the plans are rebuilt when it is unpickled; no file is read again.
     """
 
     def __init__(self, model: Model, *, optimize: bool = True, verbose: Any = False, custom_ops=None,
-                 max_tensor_bytes: int | None = None):
+                 max_tensor_bytes: int | None = None, threads: int | None = None):
+        if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 0):
+            from .errors import OnnxMiniError
+            raise OnnxMiniError(f"threads must be a non-negative int (0 or None: the default), got {threads!r}")
         self.model = model
+        self.threads = threads or None
         self.max_tensor_bytes = max_tensor_bytes       # this model's own size limit (None: process-wide only)
         self.custom_ops = as_custom_ops(custom_ops)   # per-model user kernels, resolved first
         # a user kernel replacing a built-in operator: no graph rewrites (they assume the built-in's meaning)
@@ -76,7 +83,7 @@ class PreparedModel(BackendRep):
         # plans hold closures (not picklable) and are cheap to rebuild; a text stream cannot travel
         verbose = self.verbose if isinstance(self.verbose, bool) else bool(self.verbose)
         return {"model": self.model, "optimize": self.optimize, "verbose": verbose, "custom_ops": self.custom_ops,
-                "max_tensor_bytes": self.max_tensor_bytes}
+                "max_tensor_bytes": self.max_tensor_bytes, "threads": self.threads}
 
     def __setstate__(self, state: dict) -> None:
         model = state["model"]
@@ -84,7 +91,8 @@ class PreparedModel(BackendRep):
         for f in model.functions.values():
             _freeze_initializers(None, f.nodes)
         self.__init__(model, optimize=state["optimize"], verbose=state["verbose"],
-                      custom_ops=state.get("custom_ops"), max_tensor_bytes=state.get("max_tensor_bytes"))
+                      custom_ops=state.get("custom_ops"), max_tensor_bytes=state.get("max_tensor_bytes"),
+                      threads=state.get("threads"))
 
     def _overrides(self, feeds: Any) -> bool:
         """Whether the feeds give a value to an initializer-backed input."""
@@ -111,7 +119,7 @@ class PreparedModel(BackendRep):
         plan = self.plan if not self.defaults else self.plan_for(tuple(self.plan.output_names), inputs)
         if self.verbose:
             hook = _chain(trace_hook(self.verbose), hook)
-        with dtypes.model_limits(self.max_tensor_bytes):
+        with parallel.running(self.threads), dtypes.model_limits(self.max_tensor_bytes):
             values = execute(plan, bind_inputs(plan, inputs), hook)
         return self._outputs_type(*export_outputs(values))
 
@@ -184,16 +192,17 @@ class Backend(_OnnxBackend):
     @classmethod
     def prepare(cls, model, device: str = "CPU", *, optimize: bool = True, base_dir: str | None = None,
                 verbose: Any = False, custom_ops=None, max_tensor_bytes: int | None = None,
-                **kwargs: Any) -> PreparedModel:
+                threads: int | None = None, **kwargs: Any) -> PreparedModel:
         """model: ModelProto, path, bytes or binary file. verbose: True (stderr) or a text stream to
         print a per-node trace of every run. custom_ops: a CustomOps (or a list of them) whose kernels
         this model resolves first (see onnx_mini.CustomOps). max_tensor_bytes: this model's own cap on
-        one tensor's size while loading, planning and running (below the process-wide set_limits)."""
+        one tensor's size while loading, planning and running (below the process-wide set_limits).
+        threads: at most this many threads per run (1: fully sequential; None: the CPU count)."""
         _check_device(device)
         with dtypes.model_limits(max_tensor_bytes):
             loaded = loader.load(model, base_dir)
         return PreparedModel(loaded, optimize=optimize, verbose=verbose, custom_ops=custom_ops,
-                             max_tensor_bytes=max_tensor_bytes)
+                             max_tensor_bytes=max_tensor_bytes, threads=threads)
 
     @classmethod
     def run_model(cls, model, inputs: Any, device: str = "CPU", **kwargs: Any):

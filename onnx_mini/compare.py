@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from . import loader
+from . import loader, parallel
 from .backend import PreparedModel
 from .errors import OnnxMiniError, describe_node
 from .executor import execute
@@ -113,7 +113,8 @@ def compare(model, feeds, against: str = "onnxruntime", rtol: float = 1e-4, atol
 
     given = {spec.name: slots[spec.slot] for spec in plan.inputs    # checked and converted feeds
              if (spec.name in feeds if isinstance(feeds, dict) else not spec.has_default)}
-    execute(plan, slots, record)
+    with parallel.running():
+        execute(plan, slots, record)
     producers = {o: n for n in model_.graph.nodes for o in n.outputs if o}
     node_outputs = list(producers)
     theirs = other(_with_external_data(proto, base_dir), node_outputs, given)

@@ -1,8 +1,11 @@
 """Intra-op parallelism for large kernels.
 
-numpy releases the GIL inside ufunc loops and `take`, so a kernel whose work splits into
+numpy releases the GIL inside ufunc loops, `take` and BLAS calls, so a kernel whose work splits into
 independent blocks can spread them over a small shared thread pool. ONNX_MINI_THREADS caps the
-threads (default: the CPU count; 1 disables it). Kernels stay pure: each part writes its own slice.
+threads (default: the CPU count; 1 disables it), a prepared model's `threads=` or a session's
+intra_op_num_threads caps them per run (`running`). Kernels stay pure: each part writes its own slice.
+A part running on a pool thread never splits again (it runs its work inline), so parts cannot wait
+on each other.
 """
 from __future__ import annotations
 
@@ -18,6 +21,11 @@ _pool: ThreadPoolExecutor | None = None
 # A per-run cap (a session's intra_op_num_threads), local to the thread and context running it.
 _cap: contextvars.ContextVar[int | None] = contextvars.ContextVar("onnx_mini_threads", default=None)
 _lock = threading.Lock()
+_worker = threading.local()     # .active is True on the pool's own threads
+
+
+def _mark_worker() -> None:
+    _worker.active = True
 
 
 def _get_pool() -> ThreadPoolExecutor:
@@ -25,16 +33,23 @@ def _get_pool() -> ThreadPoolExecutor:
     if _pool is None:
         with _lock:
             if _pool is None:
-                _pool = ThreadPoolExecutor(THREADS - 1, thread_name_prefix="onnx_mini")
+                _pool = ThreadPoolExecutor(THREADS - 1, thread_name_prefix="onnx_mini",
+                                           initializer=_mark_worker)
     return _pool
+
+
+def threads() -> int:
+    """How many threads split() may use here and now (1 on the pool's own threads)."""
+    if getattr(_worker, "active", False):
+        return 1
+    cap = _cap.get()
+    return THREADS if cap is None else max(1, min(cap, THREADS))
 
 
 def split(work: Callable[[int, int], None], n_items: int, min_items: int) -> None:
     """Call work(start, stop) over contiguous parts of range(n_items), in parallel when there are
     at least min_items per part; the calling thread does the first part itself."""
-    cap = _cap.get()
-    threads = THREADS if cap is None else max(1, min(cap, THREADS))
-    parts = min(threads, n_items // max(1, min_items))
+    parts = min(threads(), n_items // max(1, min_items))
     if parts <= 1:
         work(0, n_items)
         return
@@ -51,5 +66,17 @@ def limited(threads: int | None):
     token = _cap.set(threads or None)
     try:
         yield
+    finally:
+        _cap.reset(token)
+
+
+@contextlib.contextmanager
+def running(threads: int | None = None):
+    """The scope of one model run: at most `threads` threads, numpy's BLAS under blas.during_run."""
+    from . import blas      # blas builds on split(); imported here to keep the import order simple
+    token = _cap.set(threads or None)
+    try:
+        with blas.during_run():
+            yield
     finally:
         _cap.reset(token)

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import parallel
 from .backend import PreparedModel
 from .executor import execute
 from .inputs import bind_inputs
@@ -254,7 +255,8 @@ def profile(model, feeds, runs: int = 10, *, warmup: int = 1, optimize: bool = T
     total = warmup + runs
     for r in range(total):
         recorder.start(r - warmup if r >= warmup else None)
-        execute(plan, recorder.bind(feeds), recorder.hook)
+        with parallel.running(prepared.threads):
+            execute(plan, recorder.bind(feeds), recorder.hook)
         recorder.finish()
         if progress is not None:
             progress(r + 1, total)

@@ -335,7 +335,7 @@ class InferenceSession:
         if hook is None and self._prepared.verbose:
             hook = trace_hook(self._prepared.verbose)
         plan = self._prepared.plan_for(names, input_feed)
-        with parallel.limited(self._options.intra_op_num_threads), \
+        with parallel.running(self._options.intra_op_num_threads), \
                 dtypes.model_limits(self._prepared.max_tensor_bytes):
             return export_outputs(execute(plan, bind_inputs(plan, input_feed), hook))
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import blas
 from ..errors import InvalidValueError
 from ..registry import kernel
 from ._common import UPCAST
@@ -132,7 +133,7 @@ def _rnn_cell(acts, pre):
         bias = None if B is None else B[:, :H] + B[:, H:]
 
         def step(xp, h, c):
-            return f(pre(xp + h @ RT)), None
+            return f(pre(xp + blas.matmul(h, RT))), None
         return bias, step
     return bind
 
@@ -158,7 +159,7 @@ def _gru_cell(acts, pre, linear_before_reset):
             RT_all = np.ascontiguousarray(RT)
 
             def step(xp, h, c):
-                hr = h @ RT_all
+                hr = blas.matmul(h, RT_all)
                 z = f(pre(xp[..., :H] + hr[..., :H]))
                 r = f(pre(xp[..., H:2 * H] + hr[..., H:2 * H]))
                 hh = hr[..., 2 * H:]
@@ -171,10 +172,10 @@ def _gru_cell(acts, pre, linear_before_reset):
             RT_h = np.ascontiguousarray(RT[:, :, 2 * H:])
 
             def step(xp, h, c):
-                zr = xp[..., :2 * H] + h @ RT_zr
+                zr = xp[..., :2 * H] + blas.matmul(h, RT_zr)
                 z = f(pre(zr[..., :H]))
                 r = f(pre(zr[..., H:]))
-                ht = g(pre(xp[..., 2 * H:] + (r * h) @ RT_h))
+                ht = g(pre(xp[..., 2 * H:] + blas.matmul(r * h, RT_h)))
                 return ht + z * (h - ht), None
         return bias, step
     return bind
@@ -192,7 +193,7 @@ def _lstm_cell(acts, pre, input_forget):
             pi, po, pf = (P[:, None, k * H:(k + 1) * H] for k in range(3))
 
         def step(xp, h, c):
-            gates = xp + h @ RT
+            gates = xp + blas.matmul(h, RT)
             i_in, o_in = gates[..., :H], gates[..., H:2 * H]
             f_in, c_in = gates[..., 2 * H:3 * H], gates[..., 3 * H:]
             if pi is not None:
@@ -256,7 +257,7 @@ def _recurrent(op, bind_factory, *, gates, default_acts, direction, layout, hidd
         bias, step = bind(R, B, P, H)
 
         # the input projection of every step and direction, one matmul: -> [T, D, B, G*H] (a view)
-        xp = X.reshape(-1, I) @ W.reshape(D * G * H, I).T
+        xp = blas.matmul(X.reshape(-1, I), W.reshape(D * G * H, I).T)
         if bias is not None:
             xp += bias.reshape(-1)
         xp = (xp.reshape(T, Bn, D, G * H).transpose(0, 2, 1, 3) if layout == 0

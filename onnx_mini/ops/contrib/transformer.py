@@ -53,6 +53,7 @@ import math
 import ml_dtypes
 import numpy as np
 
+from ... import blas
 from ...errors import InvalidValueError
 from ...registry import kernel
 from .._common import UPCAST, broadcasts_to
@@ -101,7 +102,7 @@ def _scores(q: np.ndarray, k: np.ndarray, scale: float) -> np.ndarray:
         raise InvalidValueError(f"query {list(q.shape)} and key {list(k.shape)} (batch, heads, seq, head_size) do "
                                 "not agree on batch, head size or head grouping")
     qs = q * q.dtype.type(scale)
-    return np.matmul(qs.reshape(b, nk, n // nk, s, d), k[:, :, None].swapaxes(-1, -2)).reshape(b, n, s, t)
+    return blas.matmul(qs.reshape(b, nk, n // nk, s, d), k[:, :, None].swapaxes(-1, -2)).reshape(b, n, s, t)
 
 
 def _mix(probs: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -111,7 +112,7 @@ def _mix(probs: np.ndarray, v: np.ndarray) -> np.ndarray:
     if v.shape[0] != b or v.shape[2] != t or n % nk:
         raise InvalidValueError(f"value {list(v.shape)} does not match the keys (batch {b}, {t} positions) or "
                                 f"the head grouping ({n} query heads)")
-    return np.matmul(probs.reshape(b, nk, n // nk, s, t), v[:, :, None]).reshape(b, n, s, v.shape[3])
+    return blas.matmul(probs.reshape(b, nk, n // nk, s, t), v[:, :, None]).reshape(b, n, s, v.shape[3])
 
 
 def _check_bias(bias: np.ndarray, shape: tuple, what: str) -> None:
@@ -257,7 +258,7 @@ def attention_1(*, num_heads, do_rotary=0, mask_filter_value=-10000.0, past_pres
         if bias is not None and bias.shape != (total_w,):
             raise InvalidValueError(f"bias must have shape [{total_w}], got {list(bias.shape)}")
         ct = _ct(dt)
-        qkv = np.matmul(_f(input, ct), _f(weights, ct))
+        qkv = blas.matmul(_f(input, ct), _f(weights, ct))
         if bias is not None:
             qkv += _f(bias, ct)
         b, s, _ = input.shape

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from ... import blas
 from ...errors import InvalidValueError
 from ...registry import kernel
 from .._common import UPCAST, as_array, same_type
@@ -25,7 +26,7 @@ def matmul(a: np.ndarray, b: np.ndarray, what: str = "matrix product") -> np.nda
         raise InvalidValueError(f"{what}: operands must have rank >= 1, got shapes {list(a.shape)} "
                                 f"and {list(b.shape)}")
     try:
-        return np.matmul(a, b)
+        return blas.matmul(a, b)
     except ValueError:
         raise _shapes_error(a, b, what) from None
 
@@ -79,7 +80,7 @@ def _gemm(alpha: float, beta: float, trans_a: int, trans_b: int, c_check):
                 a = np.multiply(a, alpha, out=a if low else None, dtype=a.dtype)
             else:
                 b = np.multiply(b, alpha, out=b if low else None, dtype=b.dtype)
-        y = np.matmul(a, b)
+        y = blas.matmul(a, b)
         if alpha != 1.0 and not is_float:  # integer types: scale the exact product, back to the type
             y = (y * alpha).astype(dt)
         if c is not None and beta != 0.0:

@@ -22,6 +22,7 @@ import math
 import ml_dtypes
 import numpy as np
 
+from ... import blas
 from ...errors import InvalidValueError
 from ...registry import kernel
 from .._common import UPCAST, broadcasts_to
@@ -120,7 +121,7 @@ def _attention(*, version: int, is_causal, q_num_heads, kv_num_heads, qk_matmul_
         g = hq // hkv
         qg = _as(q, ct).reshape(b, hkv, g, sq, d) * ct.type(s)
         kg = _as(k, ct)[:, :, None]
-        scores = np.matmul(qg, kg.swapaxes(-1, -2)).reshape(b, hq, sq, total)
+        scores = blas.matmul(qg, kg.swapaxes(-1, -2)).reshape(b, hq, sq, total)
         # scores is our own buffer from here on: softcap, bias and softmax work in place, and a
         # requested qk_matmul_output snapshot is copied before the next in-place step.
         qk_out = scores.copy() if want_qk and qk_matmul_output_mode == 0 else None
@@ -148,7 +149,7 @@ def _attention(*, version: int, is_causal, q_num_heads, kv_num_heads, qk_matmul_
         if want_qk and qk_matmul_output_mode == 3:
             qk_out = probs
         dv = v.shape[3]
-        y = np.matmul(probs.reshape(b, hkv, g, sq, total), _as(v, ct)[:, :, None]).reshape(b, hq, sq, dv)
+        y = blas.matmul(probs.reshape(b, hkv, g, sq, total), _as(v, ct)[:, :, None]).reshape(b, hq, sq, dv)
         if three_d:
             y = y.transpose(0, 2, 1, 3).reshape(b, sq, hq * dv)
         y = _as(y, t1)

@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from ... import blas
 from ...errors import InvalidValueError
 from ...registry import kernel
 from .._common import UPCAST
@@ -96,7 +97,7 @@ def _grouped_matmul(w, x):
     y = np.empty((n, g, w.shape[1], x.shape[3]), dtype=np.result_type(w, x))
     for i in range(n):
         for j in range(g):
-            np.matmul(w[j], x[i, j], out=y[i, j])
+            blas.matmul(w[j], x[i, j], out=y[i, j])
     return y
 
 
@@ -119,9 +120,9 @@ def _shifted(x, w, kernel, dil, begin, end, out):
     acc = np.empty((n, m, run), dtype=np.result_type(w, x))
     tmp = np.empty((m, run), dtype=acc.dtype)
     for i in range(n):       # 2-D BLAS calls on (C, run) views with a leading dimension: no copies
-        np.matmul(wt[0], flat[i, :, offsets[0]:offsets[0] + run], out=acc[i])
+        blas.matmul(wt[0], flat[i, :, offsets[0]:offsets[0] + run], out=acc[i])
         for t in range(1, len(offsets)):
-            np.matmul(wt[t], flat[i, :, offsets[t]:offsets[t] + run], out=tmp)
+            blas.matmul(wt[t], flat[i, :, offsets[t]:offsets[t] + run], out=tmp)
             acc[i] += tmp
     acc = acc.reshape(n, m, out[0], *padded[1:])
     return acc[(slice(None), slice(None), slice(None)) + tuple(slice(0, o) for o in out[1:])]

@@ -1,0 +1,180 @@
+"""onnx_mini.blas: numpy's OpenBLAS on one thread during runs, large products split over the pool.
+
+Split products are checked for exact equality on integer-valued floats (every summation order gives
+the same result there), so a block written to the wrong place or left out cannot pass.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import onnx_mini
+from onnx_mini import blas, parallel
+
+needs_openblas = pytest.mark.skipif(not blas.managed(), reason="numpy's BLAS is not the bundled OpenBLAS")
+
+
+def ints(rng, *shape, dtype=np.float32):
+    return rng.integers(-4, 5, size=shape).astype(dtype)
+
+
+@pytest.fixture
+def small_parts(monkeypatch):
+    """Split products from a few hundred multiply-adds on, so that small test matrices split."""
+    monkeypatch.setattr(blas, "MIN_PART_MACS", 64)
+    calls = []
+    real = parallel.split
+
+    def counting(work, n_items, min_items):
+        calls.append((n_items, min_items))
+        real(work, n_items, min_items)
+    monkeypatch.setattr(parallel, "split", counting)
+    return calls
+
+
+CASES = [
+    ((37, 20), (20, 9)),            # more rows than columns: row blocks
+    ((5, 30), (30, 41)),            # more columns: column blocks
+    ((3, 7, 16), (16, 12)),         # a stack of rows times one matrix
+    ((6, 9, 16), (6, 16, 10)),      # same batch: batch blocks
+    ((1, 40, 16), (1, 16, 33)),     # a batch of one: a 2-D product
+    ((2, 3, 9, 8), (2, 3, 8, 5)),   # two batch axes
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("sa, sb", CASES)
+def test_split_products_equal_numpy(small_parts, sa, sb, dtype):
+    rng = np.random.default_rng(0)
+    a, b = ints(rng, *sa, dtype=dtype), ints(rng, *sb, dtype=dtype)
+    with parallel.running():
+        y = blas.matmul(a, b)
+    if parallel.threads() > 1 and blas.managed():
+        assert small_parts, "the product was not split"
+    assert y.dtype == dtype and y.shape == np.matmul(a, b).shape
+    np.testing.assert_array_equal(y, np.matmul(a, b))
+
+
+def test_split_into_out_and_views(small_parts):
+    rng = np.random.default_rng(1)
+    a = ints(rng, 64, 48)[:, ::2]              # a strided view
+    b = ints(rng, 24, 70).T.copy().T           # Fortran-ordered
+    out = np.full((64, 70), np.nan, np.float32)
+    with parallel.running():
+        y = blas.matmul(a, b, out=out)
+    assert y is out
+    np.testing.assert_array_equal(out, np.matmul(a, b))
+
+
+def test_no_split_outside_runs_or_with_one_thread(small_parts):
+    rng = np.random.default_rng(2)
+    a, b = ints(rng, 40, 30), ints(rng, 30, 40)
+    np.testing.assert_array_equal(blas.matmul(a, b), a @ b)      # not inside a run
+    with parallel.running(1):
+        np.testing.assert_array_equal(blas.matmul(a, b), a @ b)
+    assert small_parts == []
+
+
+def test_non_float_and_mismatched_go_to_numpy(small_parts):
+    a = np.arange(600, dtype=np.int64).reshape(20, 30)
+    with parallel.running():
+        np.testing.assert_array_equal(blas.matmul(a, a.T), a @ a.T)
+        with pytest.raises(ValueError):
+            blas.matmul(np.ones((4, 5), np.float32), np.ones((4, 5), np.float32))
+    assert small_parts == []
+
+
+@needs_openblas
+def test_openblas_one_thread_during_runs_and_restored():
+    get, set_ = blas._OPENBLAS
+    before = get()
+    try:
+        set_(2)
+        seen = []
+        with parallel.running():
+            seen.append(get())
+            with parallel.running():        # nested (a subgraph, a second session): still one
+                seen.append(get())
+            seen.append(get())
+        assert seen == [1, 1, 1]
+        assert get() == 2
+    finally:
+        set_(before)
+
+
+@needs_openblas
+def test_concurrent_runs_restore_once_the_last_ends():
+    get, set_ = blas._OPENBLAS
+    before = get()
+    set_(2)
+    try:
+        inside, release = threading.Event(), threading.Event()
+
+        def other():
+            with parallel.running():
+                inside.set()
+                release.wait(10)
+        t = threading.Thread(target=other)
+        t.start()
+        assert inside.wait(10)
+        with parallel.running():
+            assert get() == 1
+        assert get() == 1, "restored while another run was still in progress"
+        release.set()
+        t.join(10)
+        assert get() == 2
+    finally:
+        set_(before)
+
+
+def _conv_model(n=2, c=16, m=32, size=24):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, size, size])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    rng = np.random.default_rng(3)
+    w = onnx.numpy_helper.from_array(ints(rng, m, c, 3, 3), "w")
+    mm = onnx.numpy_helper.from_array(ints(rng, size, size), "mm")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("MatMul", ["c", "mm"], ["y"])]
+    g = helper.make_graph(nodes, "g", [x], [y], [w, mm])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+
+
+def test_model_results_do_not_depend_on_threads(small_parts):
+    rng = np.random.default_rng(4)
+    x = ints(rng, 2, 16, 24, 24)
+    model = _conv_model()
+    one = onnx_mini.prepare(model, threads=1).run([x])[0]
+    assert small_parts == []
+    many = onnx_mini.prepare(model).run([x])[0]
+    np.testing.assert_array_equal(one, many)
+    # the exact product, computed in float64 from the definition of a padded 3x3 convolution
+    w = onnx.numpy_helper.to_array(model.graph.initializer[0]).astype(np.float64)
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    conv = sum(np.einsum("mc,nchw->nmhw", w[:, :, i, j], xp[:, :, i:i + 24, j:j + 24])
+               for i in range(3) for j in range(3))
+    mm = onnx.numpy_helper.to_array(model.graph.initializer[1]).astype(np.float64)
+    np.testing.assert_array_equal(one, (conv @ mm).astype(np.float32))
+
+
+def test_threads_option_is_checked():
+    with pytest.raises(onnx_mini.errors.OnnxMiniError, match="threads"):
+        onnx_mini.prepare(_conv_model(), threads=-1)
+    with pytest.raises(onnx_mini.errors.OnnxMiniError, match="threads"):
+        onnx_mini.prepare(_conv_model(), threads="2")
+
+
+def test_native_mode_leaves_blas_alone():
+    code = ("import onnx_mini.blas as b, onnx_mini.parallel as p\n"
+            "with p.running(): pass\n"
+            "print(b.managed())\n")
+    env = dict(os.environ, ONNX_MINI_BLAS_THREADS="native")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
