@@ -93,6 +93,17 @@ def test_function_called_twice_with_names_that_clash_with_the_caller():
     assert_same(t, f32([1, 2]))
 
 
+@pytest.mark.parametrize("optimize", [True, False])
+def test_function_argument_named_like_a_branch_local_value(optimize):
+    # the caller passes its value "t" as x; inside the function's branches "t" is a local output, which
+    # must not shadow the argument (else_branch: Add(x, y) -> t would read its own output)
+    nodes = [make_node("Neg", ["a"], ["t"]), make_node("ScaleOrShift", ["t", "b"], ["r"], domain=LOCAL, alpha=2.0)]
+    m = model(nodes, {"a": f32([1, 2]), "b": f32([10, 20])}, ["r"], [scale_or_shift()], 18)
+    rep = onnx_mini.prepare(m, optimize=optimize)
+    assert_same(rep.run([f32([1, 2]), f32([10, 20])])[0], f32([9, 18]))       # sum(-a) < 0: -a + b
+    assert_same(rep.run([f32([-1, -2]), f32([10, 20])])[0], f32([2, 4]))      # sum(-a) > 0: -a * 2
+
+
 def test_function_with_loop_and_nested_if_and_defaults():
     """G(x, n)<k = 2>: acc = x; repeat n times: acc = acc + (i is even ? x * k : x). The If inside the Loop
     body reads x (the function's input) two scopes up, and k (an attribute default) through a ref."""

@@ -66,6 +66,7 @@ class Plan:
     output_slots: list[int]
     slot_names: list[str] = field(default_factory=list)
     output_types: list[TypeInfo | None] = field(default_factory=list)  # declared, for empty Loop/Scan outputs
+    source: Graph | None = None        # the (optimised) graph the steps come from, for specialize.py
     required_inputs: list[InputSpec] = field(init=False)   # inputs without an initializer default
 
     def __post_init__(self):
@@ -153,7 +154,10 @@ class SubPlan:
 # ---------------------------------------------------------------------------------------------
 
 def build_plan(graph: Graph, opsets: dict[str, int], functions: dict[tuple[str, str], Function] | None = None,
-               *, outer_scope: tuple[str, ...] = (), optimize: bool = True) -> Plan:
+               *, outer_scope: tuple[str, ...] = (), optimize: bool = True,
+               constants: dict[str, Any] | None = None) -> Plan:
+    """constants: values already folded by an earlier plan of the same graph, by name (reused, not
+    recomputed: specialize.py re-plans a graph whose weights were folded once)."""
     functions = functions or {}
     written = graph      # the graph as written, for kernels about their own graph (Gradient)
     if optimize and graph.nodes:
@@ -203,7 +207,11 @@ def build_plan(graph: Graph, opsets: dict[str, int], functions: dict[tuple[str, 
         info = StepInfo(node.name, node.op_type, node.domain, spec.since, opset, (*node.inputs, *node.captures),
                         node.outputs)
         if optimize and _foldable(node, ins, constant):
-            values = _fold(fn, ins, template)
+            known = constants and [constants.get(x) if x else None for x in node.outputs]
+            if known and all(v is not None for v in known):
+                values = tuple(known) if spec.multi_output else known[0]
+            else:
+                values = _fold(fn, ins, template)
             if values is not None:
                 for s, v in zip(outs, values if spec.multi_output else (values,)):
                     if isinstance(v, np.ndarray):
@@ -220,7 +228,7 @@ def build_plan(graph: Graph, opsets: dict[str, int], functions: dict[tuple[str, 
     output_slots = [slots[v.name] for v in graph.outputs]
     steps = _with_frees(steps, keep=set(output_slots) | constant)
     return Plan(steps, infos, template, inputs, [v.name for v in graph.outputs], output_slots, names,
-                [v.type for v in graph.outputs])
+                [v.type for v in graph.outputs], graph)
 
 
 def _foldable(node: Node, ins: tuple[int, ...], constant: set[int]) -> bool:
@@ -421,18 +429,28 @@ def _inline(node: Node, fn: Function, fn_opsets: dict[str, int], version: int) -
 
 def _renamed_graph(g: Graph, outer: Callable[[str], str], bound) -> Graph:
     """Subgraph `g` of a function body node with the names it reads from the enclosing scope mapped
-    through `outer`; names defined inside `g` stay."""
+    through `outer`; names defined inside `g` stay, unless one equals a name an outer read now maps
+    to (the caller's actual argument), which it would shadow: those get a unique suffix."""
     local = {v.name for v in g.inputs} | set(g.initializers) | {o for n in g.nodes for o in n.outputs if o}
+    targets = {outer(x) for x in free_names(g)}
+    own = {x: f"{x}~{next(_inline_ids)}" for x in local & targets}
 
     def name(x: str) -> str:
-        return x if not x or x in local else outer(x)
+        if not x:
+            return x
+        return own.get(x, x) if x in local else outer(x)
 
     nodes = []
     for n in g.nodes:
         attrs, captures = bound(n.attrs, name)
-        nodes.append(replace(n, inputs=tuple(map(name, n.inputs)), attrs=attrs, captures=captures))
+        nodes.append(replace(n, inputs=tuple(map(name, n.inputs)), outputs=tuple(map(name, n.outputs)),
+                             attrs=attrs, captures=captures))
     outputs = [replace(v, name=name(v.name)) for v in g.outputs]
-    return replace(g, nodes=nodes, outputs=outputs)
+    if not own:
+        return replace(g, nodes=nodes, outputs=outputs)
+    return replace(g, nodes=nodes, outputs=outputs, inputs=[replace(v, name=name(v.name)) for v in g.inputs],
+                   initializers={name(k): v for k, v in g.initializers.items()},
+                   value_info={name(k): replace(v, name=name(v.name)) for k, v in g.value_info.items()})
 
 
 _nesting = threading.local()   # how deep in subgraph planning this thread is
