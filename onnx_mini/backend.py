@@ -1,6 +1,7 @@
 """onnx.backend.base wiring: Backend (prepare / run_model / run_node) and the prepared model."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 import threading
@@ -20,6 +21,7 @@ from .inputs import bind_inputs, export_outputs
 from .loader import MAX_IR_VERSION, MIN_IR_VERSION
 from .plan import Plan, StepInfo, build_plan, describe_value
 from .registry import as_custom_ops, overrides_builtin, using_custom_ops
+from .specialize import Specializer
 
 
 class PreparedModel(BackendRep):
@@ -56,6 +58,7 @@ class PreparedModel(BackendRep):
         self.defaults = (frozenset(v.name for v in g.inputs if v.name in g.initializers) if self.optimize
                          else frozenset())
         self._plans: dict[tuple, Plan] = {}
+        self._specializers: dict[int, Specializer] = {}    # id(plan) -> its shape-specialised plans
         self._lock = threading.Lock()
         self.plan: Plan = self.plan_for(tuple(v.name for v in g.outputs))
         self._outputs_type = outputs_type(tuple(self.plan.output_names))
@@ -74,10 +77,30 @@ class PreparedModel(BackendRep):
                         g = replace(g, outputs=[ValueInfo(n, None) for n in outputs])
                     if self.defaults and not overrides:
                         g = replace(g, inputs=[v for v in g.inputs if v.name not in self.defaults])
-                    with using_custom_ops(self.custom_ops), dtypes.model_limits(self.max_tensor_bytes):
-                        plan = self._plans[key] = build_plan(g, self.model.opsets, self.model.functions,
-                                                             optimize=self.optimize)
+                    with self._planning():
+                        plan = build_plan(g, self.model.opsets, self.model.functions, optimize=self.optimize)
+                    if self.optimize and Specializer.wanted(plan):
+                        self._specializers[id(plan)] = Specializer(plan, self.model.opsets, self.model.functions,
+                                                                   self._planning)
+                    self._plans[key] = plan
         return plan
+
+    def _planning(self):
+        """The context plans of this model are built in: its custom ops, its size limit."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(using_custom_ops(self.custom_ops))
+        stack.enter_context(dtypes.model_limits(self.max_tensor_bytes))
+        return stack
+
+    def execute(self, plan: Plan, feeds: Any, hook: Hook | None = None, threads: int | None = None) -> list:
+        """Run `plan` (one of plan_for's) on `feeds`, on the plan specialised for their shapes when
+        there is one; returns the output values in plan order. threads: None = the model's own."""
+        slots = bind_inputs(plan, feeds)
+        specializer = self._specializers.get(id(plan))
+        with parallel.running(threads or self.threads), dtypes.model_limits(self.max_tensor_bytes):
+            if specializer is not None:
+                plan, slots = specializer.choose(slots)
+            return execute(plan, slots, hook)
 
     def __getstate__(self) -> dict:
         # plans hold closures (not picklable) and are cheap to rebuild; a text stream cannot travel
@@ -119,9 +142,7 @@ class PreparedModel(BackendRep):
         plan = self.plan if not self.defaults else self.plan_for(tuple(self.plan.output_names), inputs)
         if self.verbose:
             hook = _chain(trace_hook(self.verbose), hook)
-        with parallel.running(self.threads), dtypes.model_limits(self.max_tensor_bytes):
-            values = execute(plan, bind_inputs(plan, inputs), hook)
-        return self._outputs_type(*export_outputs(values))
+        return self._outputs_type(*export_outputs(self.execute(plan, inputs, hook)))
 
 
 @functools.lru_cache(maxsize=256)

@@ -20,12 +20,11 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from . import dtypes, loader, parallel
+from . import dtypes, loader
 from .backend import PreparedModel, trace_hook
 from .errors import InputError
-from .executor import execute
 from .graph import ModelMetadata, TypeInfo, ValueInfo
-from .inputs import bind_inputs, export_outputs, type_string
+from .inputs import export_outputs, type_string
 
 CPU = "CPUExecutionProvider"
 
@@ -335,9 +334,7 @@ class InferenceSession:
         if hook is None and self._prepared.verbose:
             hook = trace_hook(self._prepared.verbose)
         plan = self._prepared.plan_for(names, input_feed)
-        with parallel.running(self._options.intra_op_num_threads), \
-                dtypes.model_limits(self._prepared.max_tensor_bytes):
-            return export_outputs(execute(plan, bind_inputs(plan, input_feed), hook))
+        return export_outputs(self._prepared.execute(plan, input_feed, hook, self._options.intra_op_num_threads))
 
 
 def _check_providers(providers, provider_options) -> None:

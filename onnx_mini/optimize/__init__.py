@@ -9,6 +9,8 @@ or captured by a subgraph, and keep results within the official tolerances:
   written as elementary ops become one kernel each;
 - shapes.py: Shape of a value whose shape is fixed before run becomes a constant, so the
   Shape -> Gather -> Concat -> Reshape chains after it fold;
+- identities.py: Identity, inference Dropout and Reshape to the same shape bypassed (readers read
+  the input);
 - fold_batchnorm.py: a per-channel Mul / Add after an inference BatchNormalization folded into its
   scale and bias; the BatchNormalization then folded into a preceding Conv / ConvTranspose / Gemm /
   MatMul with constant weights (new weights and bias initializers);
@@ -28,13 +30,14 @@ from ._context import FUSED_DOMAIN, Context
 from .dead_code import eliminate_dead_nodes
 from .fold_batchnorm import fold_affine_into_batchnorm, fold_batchnorm
 from .fuse import fuse_activations, fuse_conv_add, fuse_matmul_add
+from .identities import eliminate_identities
 from .patterns import fuse_patterns
 from .shapes import fold_static_shapes
 from . import kernels  # noqa: F401  (registers the fused kernels)
 
 __all__ = ["FUSED_DOMAIN", "OptimizationWarning", "optimize_graph", "with_fused_domain", "PASSES"]
 
-PASSES = ("dead_code", "shapes", "patterns", "fold_batchnorm", "fuse")
+PASSES = ("dead_code", "identities", "shapes", "patterns", "fold_batchnorm", "fuse")
 
 
 def with_fused_domain(opsets: dict[str, int]) -> dict[str, int]:
@@ -64,6 +67,8 @@ def _optimize(graph, opsets, functions, outer_scope, static_inputs, passes) -> G
     ctx = Context(graph, opsets, functions, outer_scope, static_inputs)
     if "dead_code" in passes:
         eliminate_dead_nodes(ctx)
+    if "identities" in passes:
+        eliminate_identities(ctx)
     if "shapes" in passes:
         fold_static_shapes(ctx)
     if "patterns" in passes:

@@ -1,4 +1,5 @@
-"""Shape -> Gather -> Concat -> Reshape chains folded when the shapes are static.
+"""Shape -> Gather -> Concat -> Reshape chains folded when the shapes are static; Reshape to the
+shape its input already has bypassed (identities.py).
 
 Shapes known before any run are those of constants and of graph inputs whose declared dims are all
 fixed (a top-level graph only: the run checks every fed input against its declared shape). They are
@@ -14,7 +15,9 @@ import numpy as np
 
 from ..errors import GraphError
 from ..graph import topo_sort
+from ..ops.nn._common import geometry
 from ._context import Context
+from .identities import eliminate_identities
 
 _SAME = frozenset({"Relu", "Sigmoid", "Tanh", "Erf", "Sqrt", "Exp", "Log", "Neg", "Abs", "Cast", "Identity",
                    "Softmax", "LogSoftmax", "LeakyRelu", "Gelu", "HardSigmoid", "HardSwish", "Elu", "Selu",
@@ -27,7 +30,7 @@ _SHAPE_VERSIONS = (1, 13, 15, 19, 21, 23, 24, 25)
 
 
 def fold_static_shapes(ctx: Context) -> bool:
-    if not any(n.op_type in ("Shape", "Size") for n in ctx.nodes):
+    if not any(n.op_type in ("Shape", "Size", "Reshape") for n in ctx.nodes):
         return False
     available = {v.name for v in ctx.graph.inputs} | set(ctx.initializers) | ctx.outer_scope
     try:
@@ -42,6 +45,7 @@ def fold_static_shapes(ctx: Context) -> bool:
         return ctx.static_shape(name) if name else None
 
     folded = []
+    reshapes = []             # Reshape nodes whose target is their input's shape: no-ops
     for node in order:
         if node.domain not in ("", "ai.onnx") or not node.outputs:
             continue
@@ -68,11 +72,15 @@ def fold_static_shapes(ctx: Context) -> bool:
             out = None
         if out is not None:
             shapes[node.outputs[0]] = tuple(int(d) for d in out)
+            if node.op_type == "Reshape" and shapes[node.outputs[0]] == tuple(ins[0]):
+                reshapes.append(node)
     if folded:
         ids = {id(n) for n in folded}
         ctx.nodes = [n for n in ctx.nodes if id(n) not in ids]
         ctx.refresh()
-    return bool(folded)
+    if reshapes:
+        eliminate_identities(ctx, also=reshapes)
+    return bool(folded or reshapes)
 
 
 def _infer(ctx: Context, node, ins):
@@ -103,6 +111,15 @@ def _infer(ctx: Context, node, ins):
             known = math.prod(d for d in target if d != -1)
             target[target.index(-1)] = math.prod(x) // known if known else 0
         return tuple(target) if math.prod(target) == math.prod(x) else None
+    if op == "GatherElements" and len(ins) > 1 and ins[1] is not None and len(ins[1]) == len(x):
+        return ins[1]
+    if op == "Expand" and len(node.inputs) > 1 and (ctx.version(node) or 0) >= 8:
+        target = ctx.value(node.inputs[1])
+        return None if target is None else np.broadcast_shapes(x, tuple(int(d) for d in np.ravel(target)))
+    if op in ("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"):
+        return (*x[:2], *[1] * (len(x) - 2)) if len(x) >= 2 else None
+    if op in ("Conv", "MaxPool", "AveragePool") and len(x) >= 3 and len(node.outputs) >= 1:
+        return _window_shape(ctx, node, x, ins)
     if op == "Flatten":
         axis = a.get("axis", 1) % (len(x) + 1) if len(x) else 0
         return (math.prod(x[:axis]), math.prod(x[axis:]))
@@ -134,6 +151,24 @@ def _infer(ctx: Context, node, ins):
         it = iter(x)
         return tuple(1 if i in axes else next(it) for i in range(rank))
     return None
+
+
+def _window_shape(ctx: Context, node, x, ins):
+    """Conv / MaxPool / AveragePool output shape from the spec's geometry (ops/nn/_common.py)."""
+    a = node.attrs
+    auto_pad = a.get("auto_pad", "NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    if node.op_type == "Conv":
+        if len(ins) < 2 or ins[1] is None or len(ins[1]) != len(x):
+            return None
+        channels, kernel = ins[1][0], a.get("kernel_shape") or ins[1][2:]
+    else:
+        channels, kernel = x[1], a.get("kernel_shape")
+        if not kernel:
+            return None
+    ceil = bool(a.get("ceil_mode", 0)) and node.op_type != "Conv"
+    _, _, out = geometry(x[2:], list(kernel), a.get("strides"), a.get("dilations"), a.get("pads"), auto_pad, ceil)
+    return (x[0], channels, *out)
 
 
 def _matmul_shape(a, b):

@@ -20,9 +20,31 @@ _SMALL = 4096
 
 @kernel("GatherElements", since=(11, 13))
 def gather_elements_11(*, axis=0):
+    # Small inputs: one fancy-indexing call with the other axes' index grids, built (and the shapes
+    # checked) once per shape pair; numpy counts negatives from the end and raises outside [-n, n-1].
+    grids: dict[tuple, tuple] = {}
+
     def gather_elements(data, indices):
+        if 0 < indices.size <= _SMALL:
+            key = (data.shape, indices.shape, indices.dtype)
+            grid = grids.get(key)
+            if grid is None and len(grids) < 64:
+                grid = grids[key] = _index_grids(data, indices, axis)
+            if grid is not None:
+                try:
+                    return data[grid[0] + (indices,) + grid[1]]
+                except IndexError:
+                    pass      # reported by the general path with the offending value
         return _gather_elements(data, indices, axis)
     return gather_elements
+
+
+def _index_grids(data: np.ndarray, indices: np.ndarray, axis: int) -> tuple[tuple, tuple]:
+    """(grids before the axis, grids after it): aranges over indices' extent on the other axes."""
+    a = elements_axis(data, indices, axis)
+    r = indices.ndim
+    grids = [np.arange(indices.shape[d]).reshape([-1 if k == d else 1 for k in range(r)]) for d in range(r)]
+    return tuple(grids[:a]), tuple(grids[a + 1:])
 
 
 def elements_axis(data: np.ndarray, indices: np.ndarray, axis: int) -> int:
