@@ -150,7 +150,8 @@ def short(e: BaseException, limit: int = 160) -> str:
 class Runner:
     """One runtime on one model: build(), then call(feeds) -> list of outputs. Failures are kept as text."""
 
-    def __init__(self, name: str, model: onnx.ModelProto, **ort_options: Any):
+    def __init__(self, name: str, model: onnx.ModelProto, **options: Any):
+        """options: onnxruntime SessionOptions fields, or onnx_mini.prepare keywords."""
         self.name = name
         self.error = ""
         self.missing = False       # runtime not importable (said once at the top, not per case)
@@ -160,14 +161,14 @@ class Runner:
         t0 = time.perf_counter()
         try:
             if name == "onnx_mini":
-                rep = onnx_mini.prepare(model)
+                rep = onnx_mini.prepare(model, **options)
                 self.obj = rep
                 self.call = lambda feeds: list(rep.run(feeds))
             elif name == "onnxruntime":
                 if ort is None:
                     raise RuntimeError(f"onnxruntime not importable ({ORT_IMPORT_ERROR})")
                 so = ort.SessionOptions()
-                for k, v in ort_options.items():
+                for k, v in options.items():
                     setattr(so, k, v)
                 sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
                 self.obj = sess
@@ -358,25 +359,35 @@ def case_chain(table: Table, quick: bool, n_nodes: int = 1000) -> None:
     print("  " + setup)
     table.notes.append(setup)
 
-    # onnx_mini: split run() into input binding, the executor loop and the kernels themselves.
+    # Both runtimes drop nodes by default once shapes are known (onnx_mini specialises its plan to
+    # the first run's input shapes: the Shape nodes fold and the same-shape Reshapes go). The second
+    # row makes both run every node: onnx_mini with optimize=False, onnxruntime with ORT_DISABLE_ALL.
     mini = runners["onnx_mini"]
     if mini.ok:
-        try:
-            _chain_breakdown(mini.obj.plan, feeds, n_nodes, reps, times["onnx_mini"], table)
-        except Exception as e:
-            table.notes.append(f"{label}: onnx_mini breakdown failed - {short(e)}")
-
-    # onnxruntime folds/removes nodes by default; show what it costs when it must run every node.
-    if ort is not None and runners["onnxruntime"].ok:
-        kept = ort_optimized_node_count(model)
-        plain = Runner("onnxruntime", model, graph_optimization_level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
-        t = plain.time(feeds, reps, min_sample) if plain.try_run(feeds) is not None else None
-        msg = (f"{label}: onnxruntime keeps {kept if kept is not None else '?'} of {n_nodes} nodes after its "
-               f"default graph optimizations; with ORT_DISABLE_ALL it takes "
-               f"{fmt_time(t / n_nodes) if t else 'n/a'} per node ({fmt_time(t)} per run"
-               + (f", onnx_mini/ort = {fmt_ratio(times['onnx_mini'], t)}" if t else "") + ")")
+        specialised = [p for sp in mini.obj._specializers.values() for p, _ in filter(None, sp._plans.values())]
+        msg = (f"{label}: onnx_mini's plan has {len(mini.obj.plan.steps)} steps; specialised to the input's "
+               f"shape at the first run: {', '.join(str(len(p.steps)) for p in specialised) or 'none'} steps")
         table.notes.append(msg)
         print("  " + msg)
+    kept = ort_optimized_node_count(model) if ort is not None and runners["onnxruntime"].ok else None
+    if kept is not None:
+        table.notes.append(f"{label}: onnxruntime keeps {kept} of {n_nodes} nodes after its default graph "
+                           "optimizations")
+    every = {"onnx_mini": Runner("onnx_mini", model, optimize=False)}
+    if ort is not None:
+        every["onnxruntime"] = Runner("onnxruntime", model,
+                                      graph_optimization_level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    t_every = {n: r.time(feeds, reps, min_sample) if r.try_run(feeds) is not None else None
+               for n, r in every.items()}
+    t_every["onnx.reference"] = times.get("onnx.reference")
+    table.add(f"{label}, per node, every node run", {n: (t / n_nodes if t else None) for n, t in t_every.items()})
+
+    # onnx_mini: split a run of every node into input binding, the executor loop and the kernels.
+    if every["onnx_mini"].ok:
+        try:
+            _chain_breakdown(every["onnx_mini"].obj.plan, feeds, n_nodes, reps, t_every["onnx_mini"], table)
+        except Exception as e:
+            table.notes.append(f"{label}: onnx_mini breakdown failed - {short(e)}")
 
 
 def _chain_breakdown(plan, feeds: dict, n_nodes: int, reps: int, t_run: float | None, table: Table) -> None:
