@@ -1,8 +1,10 @@
 """The hot loop: walk the plan's steps over a list of slots. No parsing, no lookups, no checks."""
 from __future__ import annotations
 
+import itertools
 from typing import Any, Callable
 
+from . import blas, parallel
 from .errors import OnnxMiniError
 from .plan import Plan, StepInfo
 
@@ -14,6 +16,8 @@ def execute(plan: Plan, slots: list[Any], hook: Hook | None = None) -> list[Any]
     """Run every step on `slots` (from inputs.bind_inputs) and return the graph outputs."""
     if hook is not None:
         return _execute_hooked(plan, slots, hook)
+    if plan.blocks and parallel.threads() > 1 and blas.managed():
+        return _execute_blocks(plan, slots)
     for step in plan.steps:
         fn, ins, out, frees = step
         try:
@@ -46,6 +50,69 @@ def _execute_hooked(plan: Plan, slots: list[Any], hook: Hook) -> list[Any]:
         for f in frees:
             slots[f] = None
     return [slots[i] for i in plan.output_slots]
+
+
+def _execute_blocks(plan: Plan, slots: list[Any]) -> list[Any]:
+    """The plan with its independent branches (schedule.py) run at the same time."""
+    steps, pos = plan.steps, 0
+    for block in plan.blocks:
+        _run_steps(plan, range(pos, block.start), slots)
+        _run_block(plan, block, slots)
+        pos = block.stop
+    _run_steps(plan, range(pos, len(steps)), slots)
+    return [slots[i] for i in plan.output_slots]
+
+
+def _run_steps(plan: Plan, indices: range, slots: list[Any]) -> None:
+    steps = plan.steps
+    for i in indices:
+        fn, ins, out, frees = steps[i]
+        try:
+            result = fn(*[slots[k] for k in ins])
+        except Exception as e:
+            raise plan.kernel_error(i, [slots[k] for k in ins], e) from e
+        if out.__class__ is int:
+            slots[out] = result
+        else:
+            for o, v in zip(out, result):
+                slots[o] = v
+        for f in frees:
+            slots[f] = None
+
+
+def _run_block(plan: Plan, block, slots: list[Any]) -> None:
+    branches = block.branches
+    taken = itertools.count()
+
+    def take() -> None:       # each thread runs whole branches, the next one not yet taken
+        while (k := next(taken)) < len(branches):
+            for i, fn, ins, out, frees in branches[k]:
+                try:
+                    result = fn(*[slots[s] for s in ins])
+                except Exception as e:
+                    raise plan.kernel_error(i, [slots[s] for s in ins], e) from e
+                if out.__class__ is int:
+                    slots[out] = result
+                else:
+                    for o, v in zip(out, result):
+                        slots[o] = v
+                for f in frees:
+                    slots[f] = None
+
+    futures = parallel.spawn(take, min(parallel.threads(), len(branches)) - 1)
+    error = None
+    try:
+        with parallel.limited(1):      # this thread's branch steps must not wait for the busy pool
+            take()
+    except BaseException as e:
+        error = e
+    for f in futures:                  # every branch has ended before anything else touches slots
+        e = f.exception()
+        error = error or e
+    if error is not None:
+        raise error
+    for s in block.after:
+        slots[s] = None
 
 
 def _failure(plan: Plan, step: tuple, slots: list[Any], exc: Exception) -> OnnxMiniError:

@@ -60,6 +60,13 @@ def split(work: Callable[[int, int], None], n_items: int, min_items: int) -> Non
         f.result()
 
 
+def spawn(work: Callable[[], None], copies: int) -> list:
+    """Start `copies` calls of work() on the pool, each in a copy of the caller's context (its size
+    limits and thread cap); returns their futures. The caller must wait for them all."""
+    pool = _get_pool()
+    return [pool.submit(contextvars.copy_context().run, work) for _ in range(copies)]
+
+
 @contextlib.contextmanager
 def limited(threads: int | None):
     """Within the block, split() uses at most `threads` threads (None or 0: no cap)."""

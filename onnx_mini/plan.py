@@ -67,6 +67,7 @@ class Plan:
     slot_names: list[str] = field(default_factory=list)
     output_types: list[TypeInfo | None] = field(default_factory=list)  # declared, for empty Loop/Scan outputs
     source: Graph | None = None        # the (optimised) graph the steps come from, for specialize.py
+    blocks: tuple = ()                 # independent branches (schedule.Block), top-level plans only
     required_inputs: list[InputSpec] = field(init=False)   # inputs without an initializer default
 
     def __post_init__(self):
@@ -227,8 +228,12 @@ def build_plan(graph: Graph, opsets: dict[str, int], functions: dict[tuple[str, 
         raise GraphError(f"graph outputs never produced: {', '.join(map(repr, missing))}")
     output_slots = [slots[v.name] for v in graph.outputs]
     steps = _with_frees(steps, keep=set(output_slots) | constant)
-    return Plan(steps, infos, template, inputs, [v.name for v in graph.outputs], output_slots, names,
+    plan = Plan(steps, infos, template, inputs, [v.name for v in graph.outputs], output_slots, names,
                 [v.type for v in graph.outputs], graph)
+    if getattr(_nesting, "depth", 0) == 0:
+        from .schedule import find_blocks        # schedule imports this module
+        plan.blocks = find_blocks(plan)
+    return plan
 
 
 def _foldable(node: Node, ins: tuple[int, ...], constant: set[int]) -> bool:

@@ -79,12 +79,17 @@ def fuse_matmul_add(ctx: Context) -> bool:
 def fuse_conv_add(ctx: Context) -> bool:
     """Conv + Add / Sum of a residual (the Conv's output read by that node alone) -> fused Conv with Z."""
     changed = False
+    depth: dict[str, int] = {}
     for add in list(ctx.nodes):
         if not ctx.alive(add) or len(add.inputs) != 2 or not all(add.inputs) or add.inputs[0] == add.inputs[1]:
             continue
         if not (ctx.is_op(add, "Add", (7, 13, 14)) or ctx.is_op(add, "Sum", (6, 8, 13))):
             continue
-        for i in (1, 0):      # the later operand first: the other one is then computed before
+        # Into the deeper operand's Conv (the main path of a residual block, not its projection
+        # shortcut): the shortcut Conv then stays a branch of its own, which schedule.py can run
+        # beside the main path. Equal depths: the later operand, as the other is computed before.
+        d0, d1 = (_depth(ctx, x, depth) for x in add.inputs)
+        for i in ((0, 1) if d0 > d1 else (1, 0)):
             conv = ctx.producer.get(add.inputs[i])
             if (conv is not None and ctx.is_op(conv, "Conv", (1, 11, 22)) and len(conv.outputs) == 1
                     and ctx.only_consumer(add.inputs[i], add)):
@@ -93,6 +98,27 @@ def fuse_conv_add(ctx: Context) -> bool:
                 changed = True
                 break
     return changed
+
+
+def _depth(ctx: Context, name: str, memo: dict[str, int]) -> int:
+    """Length of the longest chain of nodes producing `name` (0 for inputs and constants; a cycle,
+    which build_plan reports later, counts as 0 where it closes)."""
+    stack, entered = [name], set()
+    while stack:
+        x = stack[-1]
+        if x in memo:
+            stack.pop()
+            continue
+        node = ctx.producer.get(x)
+        if x not in entered:
+            entered.add(x)
+            pending = [] if node is None else [i for i in node.inputs if i and i not in memo and i not in entered]
+            if pending:
+                stack.extend(pending)
+                continue
+        stack.pop()
+        memo[x] = 0 if node is None else 1 + max((memo.get(i, 0) for i in node.inputs if i), default=0)
+    return memo[name]
 
 
 def fuse_activations(ctx: Context) -> bool:
