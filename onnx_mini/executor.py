@@ -18,20 +18,25 @@ def execute(plan: Plan, slots: list[Any], hook: Hook | None = None) -> list[Any]
         return _execute_hooked(plan, slots, hook)
     if plan.blocks and parallel.threads() > 1 and blas.managed():
         return _execute_blocks(plan, slots)
+    # No local keeps a result past its step: inplace.py counts the references to an input to know
+    # that only its slot holds it, so every loop here stores results straight into the slots.
     for step in plan.steps:
         fn, ins, out, frees = step
         try:
-            result = fn(*[slots[i] for i in ins])
+            if out.__class__ is int:
+                slots[out] = fn(*[slots[i] for i in ins])
+            else:
+                _store(out, fn(*[slots[i] for i in ins]), slots)
         except Exception as e:
             raise _failure(plan, step, slots, e) from e
-        if out.__class__ is int:
-            slots[out] = result
-        else:
-            for o, v in zip(out, result):
-                slots[o] = v
         for f in frees:
             slots[f] = None
     return [slots[i] for i in plan.output_slots]
+
+
+def _store(out: tuple, results, slots: list[Any]) -> None:
+    for o, v in zip(out, results):
+        slots[o] = v
 
 
 def _execute_hooked(plan: Plan, slots: list[Any], hook: Hook) -> list[Any]:
@@ -68,14 +73,12 @@ def _run_steps(plan: Plan, indices: range, slots: list[Any]) -> None:
     for i in indices:
         fn, ins, out, frees = steps[i]
         try:
-            result = fn(*[slots[k] for k in ins])
+            if out.__class__ is int:
+                slots[out] = fn(*[slots[k] for k in ins])
+            else:
+                _store(out, fn(*[slots[k] for k in ins]), slots)
         except Exception as e:
             raise plan.kernel_error(i, [slots[k] for k in ins], e) from e
-        if out.__class__ is int:
-            slots[out] = result
-        else:
-            for o, v in zip(out, result):
-                slots[o] = v
         for f in frees:
             slots[f] = None
 
@@ -88,14 +91,12 @@ def _run_block(plan: Plan, block, slots: list[Any]) -> None:
         while (k := next(taken)) < len(branches):
             for i, fn, ins, out, frees in branches[k]:
                 try:
-                    result = fn(*[slots[s] for s in ins])
+                    if out.__class__ is int:
+                        slots[out] = fn(*[slots[s] for s in ins])
+                    else:
+                        _store(out, fn(*[slots[s] for s in ins]), slots)
                 except Exception as e:
                     raise plan.kernel_error(i, [slots[s] for s in ins], e) from e
-                if out.__class__ is int:
-                    slots[out] = result
-                else:
-                    for o, v in zip(out, result):
-                        slots[o] = v
                 for f in frees:
                     slots[f] = None
 

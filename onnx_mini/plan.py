@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import dtypes
+from . import dtypes, inplace
 from .errors import (GraphError, InvalidNodeError, InvalidValueError, KernelError, NodeError, OnnxMiniError,
                      UnsupportedOperatorError)
 from .graph import AttrRef, Function, Graph, Node, TypeInfo, ValueInfo, free_names, normalize_domain, topo_sort
@@ -228,12 +228,28 @@ def build_plan(graph: Graph, opsets: dict[str, int], functions: dict[tuple[str, 
         raise GraphError(f"graph outputs never produced: {', '.join(map(repr, missing))}")
     output_slots = [slots[v.name] for v in graph.outputs]
     steps = _with_frees(steps, keep=set(output_slots) | constant)
+    if optimize:
+        steps = _with_donations(steps, infos)
     plan = Plan(steps, infos, template, inputs, [v.name for v in graph.outputs], output_slots, names,
                 [v.type for v in graph.outputs], graph)
     if getattr(_nesting, "depth", 0) == 0:
         from .schedule import find_blocks        # schedule imports this module
         plan.blocks = find_blocks(plan)
     return plan
+
+
+def _with_donations(steps: list[tuple], infos: list[StepInfo]) -> list[tuple]:
+    """Elementwise steps whose input dies there get inplace.py's kernel, which writes into it when
+    the run-time checks allow."""
+    out = []
+    for step, info in zip(steps, infos):
+        fn, ins, o, frees = step
+        if inplace.supported(info.op_type, info.domain):
+            donated = tuple(p for p, s in enumerate(ins) if s in frees and ins.count(s) == 1)
+            if donated:
+                step = (inplace.wrap(info.op_type, info.version, fn, donated), ins, o, frees)
+        out.append(step)
+    return out
 
 
 def _foldable(node: Node, ins: tuple[int, ...], constant: set[int]) -> bool:

@@ -1,0 +1,110 @@
+"""In-place elementwise steps: a result written into an input's buffer (numpy's out=) instead of a
+new array, when that input dies at this step and nothing else can see its memory.
+
+Two checks, one per moment:
+- plan time (`donations`): the input's slot is freed after this step (its last reader) and is read
+  once by it; graph outputs are never freed, so never candidates;
+- run time (`_free`): the array is referenced by the executor alone (its reference count is the one
+  `_calibrate` measures for an array held only by a slot and the call's arguments: a caller's array,
+  an initializer, a constant or a live view of it all hold one more), it is writeable and owns its
+  memory (or is the sole view of a buffer nothing else holds, as the reshaped result of a matmul).
+Anything else, and any dtype or shape mismatch, runs the regular kernel, whose results are equal.
+
+Only float32/float64 tensors of the default-domain arithmetic and activation ops below, at the
+versions with numpy broadcasting, are done in place: their numpy ufunc computes exactly what the
+regular kernel does.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Callable
+
+import numpy as np
+
+# Below this many elements a new array costs no more than the checks (numpy reuses small blocks).
+MIN_SIZE = 16384
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_BINARY = {"Add": (np.add, (7, 13, 14)), "Sub": (np.subtract, (7, 13, 14)), "Mul": (np.multiply, (7, 13, 14)),
+           "Div": (np.divide, (7, 13, 14))}
+_UNARY = {"Relu": (lambda x: np.maximum(x, 0, out=x), (6, 13, 14)), "Neg": (lambda x: np.negative(x, out=x), (6, 13)),
+          "Tanh": (lambda x: np.tanh(x, out=x), (6, 13)), "Exp": (lambda x: np.exp(x, out=x), (6, 13)),
+          "Abs": (lambda x: np.abs(x, out=x), (6, 13)), "Sqrt": (lambda x: np.sqrt(x, out=x), (6, 13))}
+
+
+def _refs(a) -> tuple[int, int]:
+    """(references to a, to a.base) as _free sees them; called one frame below a kernel."""
+    base = a.base
+    return sys.getrefcount(a), (sys.getrefcount(base) if base is not None else 0)
+
+
+def _calibrate() -> tuple[int, int]:
+    """What _refs reports, one frame below a kernel the executor calls, for an input only its slot
+    holds, and for the buffer of such an input that is the sole view of it: measured by running a
+    two-step plan through executor.execute itself, so the count follows its call pattern."""
+    from types import SimpleNamespace
+    from .executor import execute      # the executor imports plan.py, which imports this module
+    seen = []
+
+    def free(a):              # stands for _free: one frame between the kernel and _refs
+        return _refs(a)
+
+    def kernel(a):
+        seen.append(free(a))
+    steps = [(lambda: np.empty(4).reshape(2, 2), (), 2, ()), (kernel, (2,), 3, (2,))]
+    execute(SimpleNamespace(steps=steps, blocks=(), output_slots=[3]), [None, None, None, None])
+    return seen[0]
+
+
+_limits: list[tuple[int, int]] = []      # _calibrate()'s result, measured on first use
+
+
+def _free(a) -> bool:
+    """a is a float ndarray only the executor holds, whose memory nothing else can see."""
+    if a.__class__ is not np.ndarray or a.dtype not in _FLOATS or not a.flags.writeable:
+        return False
+    held, base_held = _refs(a)
+    if not _limits:
+        _limits.append(_calibrate())
+    max_held, max_base_held = _limits[0]
+    if held > max_held:
+        return False
+    if a.flags.owndata:
+        return True
+    base = a.base
+    return (base.__class__ is np.ndarray and base.flags.owndata and base.nbytes == a.nbytes
+            and base_held <= max_base_held)
+
+
+def wrap(op_type: str, version: int, regular: Callable, donated: tuple[int, ...]) -> Callable:
+    """The step function for op_type whose inputs at positions `donated` die at this step."""
+    if op_type in _BINARY and version in _BINARY[op_type][1]:
+        ufunc = _BINARY[op_type][0]
+        first, second = 0 in donated, 1 in donated
+
+        def binary(a, b):
+            if (a.__class__ is np.ndarray and b.__class__ is np.ndarray and a.dtype == b.dtype
+                    and max(a.size, b.size) >= MIN_SIZE):
+                if first and _free(a) and _fits(b.shape, a.shape):
+                    return ufunc(a, b, out=a)
+                if second and _free(b) and _fits(a.shape, b.shape):
+                    return ufunc(a, b, out=b)
+            return regular(a, b)
+        return binary
+    if op_type in _UNARY and version in _UNARY[op_type][1] and 0 in donated:
+        fn = _UNARY[op_type][0]
+
+        def unary(x):
+            return fn(x) if x.__class__ is np.ndarray and x.size >= MIN_SIZE and _free(x) else regular(x)
+        return unary
+    return regular
+
+
+def supported(op_type: str, domain: str) -> bool:
+    return domain in ("", "ai.onnx") and (op_type in _BINARY or op_type in _UNARY)
+
+
+def _fits(small: tuple, big: tuple) -> bool:
+    """`small` broadcasts to exactly `big` (so the result has big's shape)."""
+    if len(small) > len(big):
+        return False
+    return all(s in (1, b) for s, b in zip(small[::-1], big[::-1]))
