@@ -118,3 +118,26 @@ def test_spawned_work_sees_the_callers_context():
     finally:
         var.reset(token)
     assert seen == ["caller's", "caller's"]
+
+
+def test_value_shared_by_branches_is_never_written_in_place():
+    """The module input is read by a Relu in one branch (its last reader in plan order, so inplace.py
+    would take its buffer) and by a Conv in another: inside a block the Relu runs the regular kernel."""
+    rng = np.random.default_rng(6)
+    w = numpy_helper.from_array(rng.standard_normal((16, 16, 1, 1)).astype(np.float32), "w")
+    w2 = numpy_helper.from_array(rng.standard_normal((16, 16, 1, 1)).astype(np.float32), "w2")
+    nodes = [helper.make_node("Sigmoid", ["x"], ["e"]),                       # the entry, made by the plan
+             helper.make_node("Conv", ["e", "w"], ["a"]),
+             helper.make_node("Relu", ["e"], ["r"]), helper.make_node("Conv", ["r", "w2"], ["b"]),
+             helper.make_node("Concat", ["a", "b"], ["y"], axis=1)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 64, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w, w2])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    prepared = onnx_mini.prepare(model)
+    (block,) = prepared.plan.blocks
+    relu = [fn for br in block.branches for i, fn, *_ in br if prepared.plan.infos[i].op_type == "Relu"]
+    assert relu and not hasattr(relu[0], "regular")
+    x = rng.standard_normal((1, 16, 64, 64)).astype(np.float32)
+    want = onnx_mini.prepare(model, threads=1).run([x])[0]
+    for _ in range(10):
+        np.testing.assert_array_equal(prepared.run([x])[0], want)

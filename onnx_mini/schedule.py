@@ -104,6 +104,8 @@ def _block(plan: Plan, a: int, join: int, producer: dict[int, int]) -> Block | N
             fn, ins, out, frees = steps[i]
             own = tuple(s for s in frees if branch_of.get(producer.get(s)) == branch_of[i])
             after.extend(s for s in frees if s not in own)
+            if len(own) != len(frees):       # a value other branches may still read: never in place
+                fn = getattr(fn, "regular", fn)
             branch.append((i, fn, ins, out, own))
         branches.append(tuple(branch))
     # heaviest first: the branch started last should be the one that ends soonest
