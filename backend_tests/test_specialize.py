@@ -229,3 +229,12 @@ def test_chain_benchmark_model_specialises_to_half_the_steps():
     (plan,) = plans(fast).values()
     assert len(fast.plan.steps) == 40 and sorted({i.op_type for i in plan.infos}) == ["Add", "GatherElements"]
     assert len(plan.steps) == 20
+
+
+def test_profile_shows_the_specialised_plan():
+    model = flatten_cnn()
+    x = np.ones((2, 3, 12, 12), np.float32)
+    prof = onnx_mini.profile(model, [x], runs=2)
+    ops = {n.op_type for n in prof.nodes}
+    assert "Shape" not in ops and "Conv" in ops
+    assert "Shape" in {n.op_type for n in onnx_mini.profile(model, [x], runs=1, optimize=False).nodes}

@@ -92,6 +92,15 @@ class PreparedModel(BackendRep):
         stack.enter_context(dtypes.model_limits(self.max_tensor_bytes))
         return stack
 
+    def plan_to_run(self, plan: Plan, feeds: Any) -> Plan:
+        """The plan a run of `feeds` executes: `plan` (one of plan_for's) or, when it reads shapes at
+        run time, its specialisation for the shapes of `feeds` (built now if new)."""
+        specializer = self._specializers.get(id(plan))
+        if specializer is None:
+            return plan
+        with dtypes.model_limits(self.max_tensor_bytes):
+            return specializer.choose(bind_inputs(plan, feeds))[0]
+
     def execute(self, plan: Plan, feeds: Any, hook: Hook | None = None, threads: int | None = None) -> list:
         """Run `plan` (one of plan_for's) on `feeds`, on the plan specialised for their shapes when
         there is one; returns the output values in plan order. threads: None = the model's own."""

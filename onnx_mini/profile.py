@@ -246,7 +246,7 @@ def profile(model, feeds, runs: int = 10, *, warmup: int = 1, optimize: bool = T
     if runs < 1:
         raise ValueError("runs must be at least 1")
     prepared = model if isinstance(model, PreparedModel) else _prepare(model, optimize)
-    plan = prepared.plan_for(tuple(prepared.plan.output_names), feeds)
+    plan = prepared.plan_to_run(prepared.plan_for(tuple(prepared.plan.output_names), feeds), feeds)
     name = prepared.model.graph.name or "model"
     nodes = [NodeStats(i, info.name, info.op_type, info.domain, info.version) for i, info in enumerate(plan.infos)]
     constants = set()
