@@ -375,3 +375,17 @@ def test_truly_unknown_ai_onnx_ops_still_raise_a_clear_error():
     # an onnx op used below its first version, with no contrib kernel, stays an error
     with pytest.raises(UnsupportedOperatorError, match="GroupNormalization does not exist in opset 17"):
         run_node("GroupNormalization", 17, [X.reshape(1, 3, 1), X, X], num_groups=1)
+
+
+def test_run_node_takes_custom_ops():
+    ops = onnx_mini.CustomOps()
+
+    @ops.kernel("Scale", since=(1, 2), domain="test.run_node")
+    def scale(*, k=2.0):
+        return lambda x: x * k
+    node = helper.make_node("Scale", ["x"], ["y"], domain="test.run_node", k=3.0)
+    x = np.array([1.0, -2.0], np.float32)
+    np.testing.assert_array_equal(onnx_mini.run_node(node, [x], custom_ops=ops)[0], x * 3)
+    np.testing.assert_array_equal(onnx_mini.run_node(node, [x], custom_ops=ops, opset_version=1)[0], x * 3)
+    with pytest.raises(onnx_mini.errors.UnsupportedOperatorError):
+        onnx_mini.run_node(node, [x])

@@ -240,8 +240,9 @@ class Backend(_OnnxBackend):
 
     @classmethod
     def run_node(cls, node: onnx.NodeProto, inputs: Any, device: str = "CPU", outputs_info=None,
-                 *, opset_version: int | None = None, **kwargs: Any):
-        """Run one NodeProto on numpy inputs (list in node input order, or dict by name)."""
+                 *, opset_version: int | None = None, custom_ops=None, **kwargs: Any):
+        """Run one NodeProto on numpy inputs (list in node input order, or dict by name).
+        custom_ops: user kernels the node may resolve to (see onnx_mini.CustomOps)."""
         _check_device(device)
         n: Node = loader.parse_node(node)
         names = [x for x in n.inputs if x]
@@ -252,10 +253,14 @@ class Backend(_OnnxBackend):
         opsets = dict.fromkeys(("", "ai.onnx.ml", "ai.onnx.preview.training"), None)
         for d in opsets:
             opsets[d] = onnx.defs.onnx_opset_version() if d == "" else _max_version(d)
+        ops = as_custom_ops(custom_ops)
+        for domain, _, version in ops.ops() if ops is not None else ():   # a user domain: its newest version
+            if domain not in ("", "ai.onnx.ml", "ai.onnx.preview.training"):
+                opsets[domain] = max(version, opsets.get(domain, 0))
         if opset_version is not None:
             opsets[n.domain] = opset_version
         model = Model(graph=graph, opsets=opsets, ir_version=onnx.IR_VERSION)
-        return PreparedModel(model).run(inputs)
+        return PreparedModel(model, custom_ops=ops).run(inputs)
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
