@@ -269,9 +269,10 @@ def test_profile_writes_json_trace_and_html(models, tmp_path):
     j, t, h = tmp_path / "p.json", tmp_path / "p.trace.json", tmp_path / "p.html"
     r = cli("profile", models["sales"], "--runs", "3", "--dim", "stores=2", "--json", j, "--trace", t, "--html", h)
     assert r.returncode == 0, r.stderr
-    assert "sales_report: 3 run(s)" in r.stdout and "GatherElements" in r.stdout and "slowest 4 node(s)" in r.stdout
+    # the plan that runs: specialised to stores=2, where count_stores (Shape) is a constant
+    assert "sales_report: 3 run(s)" in r.stdout and "GatherElements" in r.stdout and "slowest 3 node(s)" in r.stdout
     data = json.loads(j.read_text())
-    assert data["runs"] == 3 and {o["op"] for o in data["op_types"]} == {"GatherElements", "Add", "Shape", "Reshape"}
+    assert data["runs"] == 3 and {o["op"] for o in data["op_types"]} == {"GatherElements", "Add", "Reshape"}
     assert all(n["calls"] == 3 for n in data["nodes"]) and data["peak_live_bytes"] >= 2 * 12 * (4 + 8)
     events = json.loads(t.read_text())["traceEvents"]
     assert sum(e["ph"] == "X" and e.get("cat") == "GatherElements" for e in events) == 3

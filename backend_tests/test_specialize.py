@@ -8,8 +8,6 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-import onnx
-import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_mini
