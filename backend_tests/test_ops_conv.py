@@ -130,6 +130,53 @@ def test_conv_against_direct_loop(version, xs, ws, bias, attrs):
     assert_same(run_node("Conv", version, [x, w] + ([b] if bias else []), **attrs_of(**attrs)), expected)
 
 
+DEPTHWISE_CASES = [  # (id, x shape, w shape, with bias, attributes): one input channel per group
+    ("1d-strided-asym", (2, 3, 11), (6, 1, 3), True, dict(group=3, strides=[2], pads=[2, 1])),
+    ("2d-same", (2, 4, 9, 8), (4, 1, 3, 3), True, dict(group=4, pads=[1, 1, 1, 1])),
+    ("2d-stride2-even", (1, 3, 10, 8), (3, 1, 3, 3), True, dict(group=3, strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("2d-stride2-odd", (3, 2, 7, 9), (2, 1, 3, 3), False, dict(group=2, strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("2d-multiplier-dilated-asym", (2, 2, 9, 10), (6, 1, 3, 2), False,
+     dict(group=2, strides=[1, 3], dilations=[2, 3], pads=[0, 2, 3, 1])),
+    ("2d-pads-past-the-kernel", (1, 2, 4, 5), (2, 1, 2, 3), True, dict(group=2, strides=[3, 2], pads=[3, 4, 2, 5])),
+    ("2d-valid", (1, 3, 8, 9), (3, 1, 4, 2), True, dict(group=3, auto_pad="VALID")),
+    ("2d-same-lower", (2, 3, 7, 8), (3, 1, 4, 4), False, dict(group=3, dilations=[1, 2], auto_pad="SAME_LOWER")),
+    ("2d-1x1-strided", (1, 4, 6, 7), (8, 1, 1, 1), True, dict(group=4, strides=[2, 3], pads=[0, 1, 1, 0])),
+    ("3d", (2, 2, 5, 6, 4), (4, 1, 3, 2, 3), True,
+     dict(group=2, strides=[1, 2, 1], dilations=[1, 1, 2], pads=[1, 0, 2, 1, 1, 0])),
+]
+
+
+@pytest.mark.parametrize("layout", ["flat", "channels-last"])
+@pytest.mark.parametrize("xs,ws,bias,attrs", [pytest.param(*c[1:], id=c[0]) for c in DEPTHWISE_CASES])
+def test_conv_depthwise_layouts(monkeypatch, layout, xs, ws, bias, attrs):
+    """Depthwise Conv computes on flat padded planes (large images) or channels-last (small ones),
+    in blocks of images or channels spread over threads: force each layout on small inputs, with
+    blocks as small as they go and a thread per block."""
+    from onnx_mini.ops.nn import conv
+    monkeypatch.setattr(conv, "_DW_LAST_MAX_PIXELS", -1 if layout == "flat" else 10 ** 9)
+    monkeypatch.setattr(conv, "_DW_BLOCK_BYTES", 1)
+    monkeypatch.setattr(conv, "_DW_MIN_PART_MACS", 1)
+    x, w = ints(xs), ints(ws)
+    b = ints((ws[0],)) if bias else None
+    expected = conv_expected(x, w, b, **attrs).astype(np.float32)
+    assert_same(run_node("Conv", 22, [x, w] + ([b] if bias else []), **attrs_of(**attrs)), expected)
+
+
+@pytest.mark.parametrize("layout", ["flat", "channels-last"])
+def test_conv_depthwise_edges_do_not_leak_across_rows(monkeypatch, layout):
+    """The flat layout reads a row's neighbours where the image has padding and discards those
+    products: infinities in the first and last columns must reach only their own windows."""
+    from onnx_mini.ops.nn import conv
+    monkeypatch.setattr(conv, "_DW_LAST_MAX_PIXELS", -1 if layout == "flat" else 10 ** 9)
+    x = ints((2, 2, 6, 5))
+    x[:, 0, 2, 0] = np.inf
+    x[:, 1, 3, 4] = -np.inf
+    x[1, 1, 0, 0] = np.nan
+    w = ints((2, 1, 3, 3), lo=1, hi=2)
+    for attrs in (dict(group=2, pads=[1, 1, 1, 1]), dict(group=2, strides=[2, 2], pads=[1, 1, 1, 1])):
+        assert_same(run_node("Conv", 22, [x, w], **attrs_of(**attrs)), conv_expected(x, w, **attrs).astype(np.float32))
+
+
 def test_conv_kernel_shape_attribute_and_float64_values():
     x = RNG.standard_normal((2, 3, 6, 5))
     w = RNG.standard_normal((4, 3, 3, 2))

@@ -2,8 +2,9 @@
 
 Three formulations, picked per call from the shapes (cheap: a few integer comparisons):
 - pointwise (1x1 kernel, stride 1, no padding): one matmul of W (M, C) with X viewed as (N, C, H*W);
-- depthwise (one input channel per group): a multiply-add per kernel tap over strided views of the
-  padded input, channels and pixels vectorised;
+- depthwise (one input channel per group): a multiply-add per kernel tap into reused buffers, over
+  flat padded planes (large images: each tap one contiguous run) or channels-last (small images:
+  the weights along the contiguous axis), in blocks spread over threads (see _depthwise);
 - shifted windows (stride 1, large spatial size): the padded input is flattened row-major once, and
   each kernel tap is one matmul of the tap's weights with a contiguous run of that flat image
   starting at the tap's offset; the padded columns are cropped at the end (no per-tap copies);
@@ -16,7 +17,7 @@ import math
 
 import numpy as np
 
-from ... import blas
+from ... import blas, parallel
 from ...errors import InvalidValueError
 from ...registry import kernel
 from .._common import UPCAST
@@ -27,6 +28,14 @@ from ._common import check_auto_pad, geometry, pad_spatial, windows
 # (28x28x128: 1.9 vs 1.6 ms; 56x56 with 192 outputs: 4.6 vs 3.9 ms; 7x7x512: 3.8 vs 1.9 ms).
 _SHIFT_MIN_PIXELS = 2500
 _SHIFT_MAX_OUT_CHANNELS = 128
+# Depthwise (see _depthwise): channels-last up to this many output pixels, flat above; blocks of at
+# most this many bytes of scratch buffers, which bounds the scratch memory of large batches (blocks
+# sized for the caches measured no faster: the nine MobileNet layers at batch 8 took 61 ms in blocks
+# of 1 MB, 59 of 2 MB, 56-57 of 4 and 8 MB); a thread per part of at least this many multiply-adds
+# (700k: 64x112x112 stride 2 splits, 512x14x14 does not).
+_DW_LAST_MAX_PIXELS = 1024
+_DW_BLOCK_BYTES = 8 * 1024 * 1024
+_DW_MIN_PART_MACS = 700_000
 
 
 @kernel("Conv", since=(1, 11, 22))
@@ -68,7 +77,8 @@ def _conv(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides):
     elif all(k == 1 for k in kernel) and all(s == 1 for s in strides_) and not any(begin) and not any(end):
         y = _grouped_matmul(w.reshape(group, m // group, cg), x.reshape(n, group, cg, -1)).reshape(n, m, *out)
     elif cg == 1 and group > 1:
-        y = _depthwise(x, w, group, kernel, strides_, dil, begin, end, out)
+        y = _depthwise(x, w, b, group, kernel, strides_, dil, begin, out)
+        b = None                                                # added by _depthwise
     elif (all(s == 1 for s in strides_) and math.prod(out) >= _SHIFT_MIN_PIXELS and group == 1
           and m <= _SHIFT_MAX_OUT_CHANNELS):
         y = _shifted(x, w, kernel, dil, begin, end, out)
@@ -128,16 +138,208 @@ def _shifted(x, w, kernel, dil, begin, end, out):
     return acc[(slice(None), slice(None), slice(None)) + tuple(slice(0, o) for o in out[1:])]
 
 
-def _depthwise(x, w, group, kernel, strides, dil, begin, end, out):
-    """One input channel per group (depthwise, possibly with a channel multiplier)."""
+def _depthwise(x, w, b, group, kernel, strides, dil, begin, out):
+    """One input channel per group (depthwise, possibly with a channel multiplier), bias included.
+
+    A multiply per kernel tap into a reused buffer (out=) and an in-place add: no per-tap temporaries,
+    the first tap assigned rather than added to zeros. numpy's cost here is mostly per inner loop, so
+    the layout is the one giving long inner loops:
+    - flat (large images): each input plane (each stride phase of it) padded and flattened once, so
+      that every tap reads one contiguous run at its own offset and Y accumulates in place (_dw_flat);
+    - channels-last (small images, many channels): the input transposed once to (N, *spatial, C), so
+      that the per-tap weights lie along the contiguous axis; the last tap's add writes Y transposed
+      back (_dw_channels_last).
+    Measured here (3x3, pad 1, float32, batch 1, one thread, median of 40; before: strided windows of
+    the padded input, y += window * w per tap): 32x112x112 1.32 -> 0.87 ms, 64x112x112 /2 1.77 -> 0.92,
+    128x56x56 2.12 -> 1.00, 128x56x56 /2 0.95 -> 0.77 (channels-last from here on), 256x28x28 1.31 ->
+    0.73, 256x28x28 /2 0.60 -> 0.38, 512x14x14 0.92 -> 0.40, 512x14x14 /2 0.44 -> 0.21, 1024x7x7 0.78
+    -> 0.27; the nine at batch 8: 161 -> 59 ms. Flat against channels-last: 128x56x56 1.00 vs 1.35 ms,
+    128x56x56 /2 0.70 vs 0.73 (a tie), 256x28x28 0.96 vs 0.71, 512x14x14 0.55 vs 0.39, 1024x7x7 0.40 vs 0.26.
+    Two threads, when the second core is idle: 32x112x112 0.87 -> 0.71-0.77 ms, 128x56x56 1.00 -> 0.74,
+    64x112x112 /2 0.90 -> 0.71 (or no gain), the nine at batch 8 59 -> 38 ms; with the other core busy
+    elsewhere they gain nothing and can lose (32x112x112: 0.90 -> 1.23 once).
+    """
     n = x.shape[0]
     m = w.shape[0]
     mult = m // group
+    y = np.empty((n, m, *out), dtype=x.dtype)
+    taps = list(np.ndindex(*kernel))
+    wk = w.reshape(group, mult, len(taps))
+    pixels = math.prod(out)
+    flat = pixels > _DW_LAST_MAX_PIXELS
+    make = _dw_flat if flat else _dw_channels_last
+    step, plane = make(x.shape[2:], kernel, strides, dil, begin, out, mult, taps)
+    # Blocks of whole images, or of channels of one image, of at most _DW_BLOCK_BYTES of scratch (flat),
+    # at least `want` of them for the threads. One image in channels-last stays one block: splitting
+    # its channels shortens the inner loops (512x14x14 on two threads: 0.39 -> 0.66 ms).
+    per_image = group * plane * x.itemsize
+    want = max(1, min(parallel.threads(), n * m * pixels * len(taps) // _DW_MIN_PART_MACS))
+    if n > 1 and (per_image <= _DW_BLOCK_BYTES or not flat):
+        per = max(1, min(_DW_BLOCK_BYTES // per_image, n // want))
+        blocks = [(i, min(n, i + per), 0, group) for i in range(0, n, per)]
+    elif flat:
+        parts = -(-per_image // _DW_BLOCK_BYTES)
+        if n == 1:
+            parts = -(-parts // want) * want
+        per = -(-group // parts)
+        blocks = [(i, i + 1, c, min(group, c + per)) for i in range(n) for c in range(0, group, per)]
+    else:
+        blocks = [(0, 1, 0, group)]
+
+    def work(lo, hi):
+        buffers = {}
+        for i0, i1, c0, c1 in blocks[lo:hi]:
+            step(x[i0:i1, c0:c1], wk[c0:c1], None if b is None else b[c0 * mult:c1 * mult].reshape(c1 - c0, mult),
+                 y[i0:i1, c0 * mult:c1 * mult].reshape(i1 - i0, c1 - c0, mult, *out), buffers)
+    if want > 1 and len(blocks) > 1:
+        parallel.split(work, len(blocks), len(blocks) // want)
+    else:
+        work(0, len(blocks))
+    return y
+
+
+def _buffer(buffers, name, shape, dtype, zeros=False):
+    """A (shape) view of a buffer kept across the blocks of one call (reallocated for a larger block);
+    a zeroed buffer keeps its zeros where the blocks never write (the padding)."""
+    buf = buffers.get(name)
+    if buf is None or buf.dtype != dtype or any(h < s for h, s in zip(buf.shape, shape)):
+        buf = buffers[name] = (np.zeros if zeros else np.empty)(shape, dtype=dtype)
+    return buf[tuple(slice(0, s) for s in shape)]
+
+
+def _dw_flat(in_sizes, kernel, strides, dil, begin, out, mult, taps):
+    """-> (step, buffer elements per image and channel) of the flat layout.
+
+    Along an axis with stride s, tap t reads padded position o*s + t*d = (o + q)*s + p with p = t*d % s,
+    q = t*d // s: output o of the tap is element o + q of phase p (the padded input's positions i*s + p).
+    Each used phase is stored flat, so that each tap reads one contiguous run. Outer axes keep rows of
+    lph = out + max q elements (zeros where padding). The last axis keeps only the columns holding
+    input values, out[-1] of them with the usual "same" padding: the run is then laid out exactly like
+    Y (no crop; Y itself accumulates), and the columns where a tap's read wraps into the next row
+    (padding in the real image) have their products set to 0 * weight."""
     r = len(kernel)
-    view = windows(pad_spatial(x, begin, end), kernel, strides, dil, out)      # (N, C, *out, *k)
-    wk = w.reshape(group, mult, *kernel)
-    y = np.zeros((n, group, mult, *out), dtype=x.dtype)
-    for tap in np.ndindex(*kernel):
-        xs = view[(Ellipsis,) + tap]                                            # (N, C, *out)
-        y += xs[:, :, None] * wk[(slice(None), slice(None)) + tap].reshape((1, group, mult) + (1,) * r)
-    return y.reshape(n, m, *out)
+    pq = [[((t * d) % s, (t * d) // s) for t, d, s in zip(tap, dil, strides)] for tap in taps]
+    lph = [o + max(v[a][1] for v in pq) for a, o in enumerate(out)]
+
+    def data(a, p):   # phase elements i holding input values: x index i*s + p - begin in [0, size)
+        s, bg = strides[a], begin[a]
+        return max(0, -((p - bg) // s)), (in_sizes[a] - 1 + bg - p) // s + 1
+
+    first, width = {}, {}           # last axis, per phase: first stored element, stored columns
+    for p in {v[-1][0] for v in pq}:
+        qs = [v[-1][1] for v in pq if v[-1][0] == p]
+        lo, hi = data(r - 1, p)
+        lo, hi = max(lo, min(qs)), min(hi, out[-1] + max(qs))     # only what some tap reads
+        first[p], width[p] = lo, max(0, hi - lo)
+    cols = max(out[-1], max(width.values()))
+    shape = lph[:-1] + [cols]                                      # a phase image
+    steps = [math.prod(shape[a + 1:]) for a in range(r)]
+    run = out[0] * steps[0]
+    size = math.prod(shape)
+    phases = sorted({tuple(pa for pa, _ in v) for v in pq})
+    offs = [sum(qa * st for (_, qa), st in zip(v[:-1], steps)) + v[-1][1] - first[v[-1][0]] for v in pq]
+    guard = max(0, -min(offs))                                     # zeros before the first row
+    reads = [(phases.index(tuple(pa for pa, _ in v)), off + guard) for v, off in zip(pq, offs)]
+    length = max(guard + size, max(off for _, off in reads) + run)
+    wraps = []                      # per tap: output columns whose read wrapped into another row
+    for v in pq:
+        p, q = v[-1]
+        lo, hi = first[p] - q, cols + first[p] - q                 # columns o reading a stored column
+        wraps.append([c for c in (slice(0, min(lo, out[-1])), slice(max(0, hi), out[-1]))
+                      if r > 1 and c.stop > c.start])
+    copies = []                     # (phase, destination slices in the phase image, source slices in x)
+    for k, p in enumerate(phases):
+        dst, src = [], []
+        for a in range(r):
+            s, bg = strides[a], begin[a]
+            if a < r - 1:
+                lo, hi = data(a, p[a])
+                hi = min(hi, lph[a])
+                dst.append(slice(lo, hi))
+            else:
+                lo, hi = first[p[a]], first[p[a]] + width[p[a]]
+                dst.append(slice(0, hi - lo))
+            src.append(slice(lo * s + p[a] - bg, (hi - 1) * s + p[a] - bg + 1, s))
+        if all(d.stop > d.start for d in dst):
+            copies.append((k, tuple(dst), tuple(src)))
+    crop = tuple(slice(0, o) for o in out[1:])
+    cropped = shape[1:] != list(out[1:])
+
+    def step(x, wk, b, y, buffers):
+        n, c = x.shape[:2]
+        flat = _buffer(buffers, "flat", (n, c, len(phases), length), x.dtype, zeros=True)
+        for k, dst, src in copies:
+            flat[:, :, k, guard:guard + size].reshape(n, c, *shape)[(slice(None), slice(None)) + dst] = \
+                x[(slice(None), slice(None)) + src]
+
+        def rows(a):    # (n, c, mult, run) -> (n, c, mult, out[0], *shape[1:])
+            return a.reshape(n, c, mult, out[0], *shape[1:])
+
+        direct = not cropped and y.flags.c_contiguous     # Y accumulates itself
+        acc = y.reshape(n, c, mult, run) if direct else _buffer(buffers, "acc", (n, c, mult, run), x.dtype)
+        tmp = _buffer(buffers, "tmp", (n, c, mult, run), x.dtype) if len(taps) > 1 else None
+        zero = wk * 0 if any(wraps) else None
+        for i, (k, off) in enumerate(reads):
+            dest = acc if i == 0 else tmp
+            np.multiply(flat[:, :, None, k, off:off + run], wk[:, :, i:i + 1], out=dest)
+            for w in wraps[i]:      # padding times the weight: 0, or NaN for a non-finite weight
+                rows(dest)[..., w] = zero[:, :, i].reshape(c, mult, *(1,) * r)
+            if i == 0:
+                if b is not None:
+                    acc += b[:, :, None]
+            elif i < len(taps) - 1 or direct:
+                acc += tmp
+            else:                       # the last tap's sum goes straight to Y, cropped
+                np.add(rows(acc)[(Ellipsis,) + crop], rows(tmp)[(Ellipsis,) + crop], out=y)
+        if len(taps) == 1 and not direct:
+            np.copyto(y, rows(acc)[(Ellipsis,) + crop])
+    return step, len(phases) * length + 2 * mult * run
+
+
+def _dw_channels_last(in_sizes, kernel, strides, dil, begin, out, mult, taps):
+    """-> (step, buffer elements per image and channel) of the channels-last layout."""
+    r = len(kernel)
+    need = [(o - 1) * s + (k - 1) * d + 1 for o, s, k, d in zip(out, strides, kernel, dil)]
+    dst, src = [], []
+    for size, bg, nd in zip(in_sizes, begin, need):
+        lo = min(bg, nd)
+        hi = max(lo, min(bg + size, nd))
+        dst.append(slice(lo, hi))
+        src.append(slice(lo - bg, hi - bg))
+    empty = any(d.stop <= d.start for d in dst)
+    dst, src = (slice(None),) + tuple(dst), (slice(None), slice(None)) + tuple(src)
+    views = [(slice(None),) + tuple(slice(t * d, t * d + (o - 1) * s + 1, s)
+                                    for t, d, o, s in zip(tap, dil, out, strides)) for tap in taps]
+    to_last = (0, *range(2, 2 + r), 1)
+    back = (0, *range(3, 3 + r), 2, 1)       # Y block (n, c, mult, *out) seen as (n, *out, mult, c)
+
+    # With one output channel per input channel and stride 1 along the last axis, a tap's window rows
+    # are contiguous runs of out[-1]*C values: the weights tiled out[-1] times make each multiply one
+    # inner loop per row instead of one per pixel (512x14x14: 20 -> 10 us per tap).
+    tile = out[-1] if mult == 1 and strides[-1] == 1 else 1
+
+    def step(x, wk, b, y, buffers):
+        n, c = x.shape[:2]
+        xp = _buffer(buffers, "xp", (n, *need, c), x.dtype, zeros=True)
+        if not empty:
+            np.copyto(xp[dst], x[src].transpose(to_last))
+        wt = _buffer(buffers, "w", (len(taps), tile, mult, c), x.dtype)
+        np.copyto(wt[:, 0], wk.transpose(2, 1, 0))          # transposed once, then tiled contiguously
+        np.copyto(wt[:, 1:], wt[:, :1])
+        acc = _buffer(buffers, "acc", (n, *out, mult, c), x.dtype)
+        tmp = _buffer(buffers, "tmp", (n, *out, mult, c), x.dtype) if len(taps) > 1 else None
+        yt = y.transpose(back)
+        for i, view in enumerate(views):
+            xs = xp[view][..., None, :]
+            if i == 0:
+                np.multiply(xs, wt[0], out=acc if len(taps) > 1 else yt)
+                if len(taps) > 1 and b is not None:
+                    bt = _buffer(buffers, "b", (tile, mult, c), x.dtype)
+                    np.copyto(bt, b.T)
+                    acc += bt
+            else:
+                np.multiply(xs, wt[i], out=tmp)
+                np.add(acc, tmp, out=acc if i < len(taps) - 1 else yt)
+        if len(taps) == 1 and b is not None:
+            y += b.reshape(c, mult, *(1,) * r)
+    return step, math.prod(need) + 2 * mult * math.prod(out)
