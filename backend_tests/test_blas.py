@@ -32,8 +32,9 @@ def small_parts(monkeypatch):
     calls = []
     real = parallel.split
 
-    def counting(work, n_items, min_items):
-        calls.append((n_items, min_items))
+    def counting(work, n_items, min_items):       # the calls that do split: two parts or more
+        if parallel.threads() > 1 and n_items // max(1, min_items) > 1:
+            calls.append((n_items, min_items))
         real(work, n_items, min_items)
     monkeypatch.setattr(parallel, "split", counting)
     return calls

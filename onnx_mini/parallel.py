@@ -54,8 +54,15 @@ def split(work: Callable[[int, int], None], n_items: int, min_items: int) -> Non
         work(0, n_items)
         return
     edges = [n_items * k // parts for k in range(parts + 1)]
-    futures = [_get_pool().submit(work, edges[k], edges[k + 1]) for k in range(1, parts)]
-    work(edges[0], edges[1])
+    futures = [_get_pool().submit(contextvars.copy_context().run, work, edges[k], edges[k + 1])
+               for k in range(1, parts)]
+    token = _cap.set(1)       # this thread's part must not hand work to the pool its other parts occupy
+    try:
+        work(edges[0], edges[1])
+    finally:
+        _cap.reset(token)
+        for f in futures:     # every part has ended before the caller reads the result (or an error)
+            f.exception()
     for f in futures:
         f.result()
 

@@ -81,12 +81,29 @@ def _conv(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides):
         b = None                                                # added by _depthwise
     elif (all(s == 1 for s in strides_) and math.prod(out) >= _SHIFT_MIN_PIXELS and group == 1
           and m <= _SHIFT_MAX_OUT_CHANNELS):
-        y = _shifted(x, w, kernel, dil, begin, end, out)
+        y = _per_image(_shifted, x, m, out, w, kernel, dil, begin, end, out)
     else:
-        y = _im2col(x, w, group, kernel, strides_, dil, begin, end, out)
+        y = _per_image(_im2col, x, m, out, w, group, kernel, strides_, dil, begin, end, out)
     if b is not None:
         y += b.reshape((1, m) + (1,) * r)
     return y.astype(dtype, copy=False)
+
+
+def _per_image(formulation, x, m, out, *args):
+    """formulation(x[i:i+1], *args) image by image, the images shared among the threads: its
+    temporaries (padded copies, im2col columns) are sized for one image rather than the batch, which
+    keeps the cost per image of a batch of 32 that of one image (measured on ResNet-50: whole-batch
+    columns made batch 32 cost 96 ms per image against 76 ms at batch 1)."""
+    n = x.shape[0]
+    if n == 1:
+        return formulation(x, *args)
+    y = np.empty((n, m, *out), dtype=x.dtype)
+
+    def work(i0, i1):
+        for i in range(i0, i1):
+            y[i:i + 1] = formulation(x[i:i + 1], *args)
+    parallel.split(work, n, 1)
+    return y
 
 
 def _im2col(x, w, group, kernel, strides, dil, begin, end, out):
