@@ -446,6 +446,25 @@ def test_conv_plus_residual_that_broadcasts_larger_and_not_when_the_conv_output_
           [rand(1, 2, 4, 4), rand(1, 3, 4, 4)], ["Conv", "Add"])
 
 
+@pytest.mark.parametrize("kernel, pads, z_shape", [
+    (1, [0, 0, 0, 0], (4, 3, 6, 6)),     # pointwise, residual per image
+    (3, [1, 1, 1, 1], (1, 3, 6, 6)),     # im2col, residual shared by the images
+    (3, [1, 1, 1, 1], (3, 1, 1)),        # a per-channel residual of lower rank: the general path
+    (1, [0, 0, 0, 0], (4, 3, 1, 6)),     # broadcast along a spatial axis
+    (3, [1, 1, 1, 1], (2, 4, 3, 6, 6)),  # larger than the conv output: the general path
+])
+def test_batched_conv_with_residual_and_activation_image_by_image(kernel, pads, z_shape):
+    """A batch of 4: bias, residual and activation are applied image by image inside the convolution."""
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=pads), helper.make_node("Add", ["c", "z"], ["s"]),
+             helper.make_node("LeakyRelu", ["s"], ["y"], alpha=0.1)]
+    inits = [init("w", rand(3, 2, kernel, kernel)), init("b", rand(3))]
+    m = model(nodes, [("x", F, [4, 2, 6, 6]), ("z", F, None)], [("y", F, None)], inits)
+    check(m, [rand(4, 2, 6, 6), rand(*z_shape)], [(FUSED, "Conv")])
+    one = onnx_mini.prepare(m, threads=1).run([np.ones((4, 2, 6, 6), np.float32), np.ones(z_shape, np.float32)])[0]
+    two = onnx_mini.prepare(m).run([np.ones((4, 2, 6, 6), np.float32), np.ones(z_shape, np.float32)])[0]
+    np.testing.assert_array_equal(one, two)
+
+
 def test_a_failing_pass_leaves_the_graph_as_written(monkeypatch):
     import onnx_mini.optimize as opt  # noqa: PLC0415
 

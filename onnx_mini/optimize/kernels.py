@@ -18,7 +18,7 @@ from ..errors import InvalidValueError
 from ..ops._common import UPCAST
 from ..ops.math.activations import gelu_20, swish_24
 from ..ops.math.matmul import gemm_11, matmul_1
-from ..ops.nn.conv import conv_1
+from ..ops.nn.conv import _conv, conv_1
 from ..ops.nn.normalization import layer_normalization_17
 from ..registry import kernel, resolve
 from ._context import FUSED_DOMAIN
@@ -114,13 +114,40 @@ def fused_conv(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
     the activation in place."""
     conv = conv_1(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
                   strides=strides)
+    act = _activation(activation, activation_params) if activation else None
 
     def run(x, w, b=None, z=None):
         y = conv(x, w, b)
         if z is not None:
             y = _add_into(y, z, x, w, b)
         return y
-    return _with(run, _finisher(activation, activation_params))
+    general = _with(run, _finisher(activation, activation_params))
+
+    def per_image(x, w, b=None, z=None):
+        # float32/64 with the residual of the output's shape (or broadcasting along the images): the
+        # residual and activation go image by image inside the convolution, while cache-hot
+        if (x.dtype not in _INPLACE or w.dtype != x.dtype or (z is not None and (z.dtype != x.dtype
+                                                                                or z.ndim != x.ndim))):
+            return general(x, w, b, z)
+        whole = z is not None and z.shape[0] == x.shape[0]
+
+        def epilogue(y, i0, i1):
+            if z is not None:
+                part = z[i0:i1] if whole else z
+                if part.shape[0] not in (1, y.shape[0]) or np.broadcast_shapes(y.shape, part.shape) != y.shape:
+                    raise _Elsewhere      # the sum is larger than the convolution's output
+                y += part
+            if act is not None:
+                act(y)
+        try:
+            return _conv(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides, epilogue)
+        except (_Elsewhere, ValueError):   # not broadcastable here: the general path says how
+            return general(x, w, b, z)
+    return per_image
+
+
+class _Elsewhere(Exception):
+    """The fused epilogue cannot run image by image: run the general path instead."""
 
 
 def _add_into(y, z, *inputs):
