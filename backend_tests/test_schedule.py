@@ -16,6 +16,12 @@ needs_threads = pytest.mark.skipif(parallel.THREADS < 2 or not blas.managed(),
                                    reason="branches run in parallel only with 2+ threads and managed BLAS")
 
 
+@pytest.fixture(autouse=True)
+def parallel_whatever_the_branch_time(monkeypatch):
+    """These models are small: make every block run its branches at the same time."""
+    monkeypatch.setattr(executor, "MIN_BRANCH_SECONDS", 0.0)
+
+
 def inception(modules=2, c=8, size=12, seed=0):
     """`modules` Inception-style modules: 1x1 | 1x1 -> 3x3 | maxpool -> 1x1, concatenated, then 1x1."""
     rng = np.random.default_rng(seed)
@@ -141,3 +147,18 @@ def test_value_shared_by_branches_is_never_written_in_place():
     want = onnx_mini.prepare(model, threads=1).run([x])[0]
     for _ in range(10):
         np.testing.assert_array_equal(prepared.run([x])[0], want)
+
+
+@needs_threads
+def test_blocks_of_short_branches_run_in_turn(monkeypatch):
+    monkeypatch.setattr(executor, "MIN_BRANCH_SECONDS", 10.0)     # no branch of this model takes 10 s
+    spawned = []
+    real = parallel.spawn
+    monkeypatch.setattr(parallel, "spawn", lambda *a: spawned.append(1) or real(*a))
+    model = inception(2)
+    x = np.random.default_rng(7).standard_normal((1, 8, 12, 12)).astype(np.float32)
+    prepared = onnx_mini.prepare(model)
+    want = onnx_mini.prepare(model, threads=1).run([x])[0]
+    for _ in range(3):
+        np.testing.assert_array_equal(prepared.run([x])[0], want)
+    assert spawned == [] and all(b.worth == [False] for b in prepared.plan.blocks)

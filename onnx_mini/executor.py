@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Any, Callable
 
 from . import blas, parallel
 from .errors import OnnxMiniError
 from .plan import Plan, StepInfo
+from .schedule import MIN_BRANCH_SECONDS
 
 #: hook(info, inputs, outputs) called after each step when tracing; outputs is a tuple.
 Hook = Callable[[StepInfo, tuple, tuple], None]
@@ -87,19 +89,34 @@ def _run_block(plan: Plan, block, slots: list[Any]) -> None:
     branches = block.branches
     taken = itertools.count()
 
+    def run_branch(k: int) -> None:
+        for i, fn, ins, out, frees in branches[k]:
+            try:
+                if out.__class__ is int:
+                    slots[out] = fn(*[slots[s] for s in ins])
+                else:
+                    _store(out, fn(*[slots[s] for s in ins]), slots)
+            except Exception as e:
+                raise plan.kernel_error(i, [slots[s] for s in ins], e) from e
+            for f in frees:
+                slots[f] = None
+
     def take() -> None:       # each thread runs whole branches, the next one not yet taken
         while (k := next(taken)) < len(branches):
-            for i, fn, ins, out, frees in branches[k]:
-                try:
-                    if out.__class__ is int:
-                        slots[out] = fn(*[slots[s] for s in ins])
-                    else:
-                        _store(out, fn(*[slots[s] for s in ins]), slots)
-                except Exception as e:
-                    raise plan.kernel_error(i, [slots[s] for s in ins], e) from e
-                for f in frees:
-                    slots[f] = None
+            run_branch(k)
 
+    if not block.worth or not block.worth[0]:
+        # in turn: the first time, timing each branch to decide whether parallel pays for this block
+        times = []
+        for k in range(len(branches)):
+            t0 = time.perf_counter()
+            run_branch(k)
+            times.append(time.perf_counter() - t0)
+        if not block.worth:
+            block.worth.append(sorted(times)[-2] >= MIN_BRANCH_SECONDS)
+        for s in block.after:
+            slots[s] = None
+        return
     futures = parallel.spawn(take, min(parallel.threads(), len(branches)) - 1)
     error = None
     try:
