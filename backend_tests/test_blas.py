@@ -21,6 +21,12 @@ from onnx_mini import blas, parallel
 needs_openblas = pytest.mark.skipif(not blas.managed(), reason="numpy's BLAS is not the bundled OpenBLAS")
 
 
+@pytest.fixture(autouse=True)
+def split_mode(monkeypatch):
+    """Runs in "split" mode whatever the machine's load (the auto policy is tested on its own)."""
+    monkeypatch.setattr(blas, "POLICY", "split")
+
+
 def ints(rng, *shape, dtype=np.float32):
     return rng.integers(-4, 5, size=shape).astype(dtype)
 
@@ -179,3 +185,38 @@ def test_native_mode_leaves_blas_alone():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+@needs_openblas
+@pytest.mark.parametrize("busy", [False, True])
+def test_auto_policy_follows_the_load(monkeypatch, busy):
+    monkeypatch.setattr(blas, "POLICY", "auto")
+    monkeypatch.setattr(blas, "_busy", lambda: busy)
+    get, set_ = blas._OPENBLAS
+    before = get()
+    try:
+        set_(2)
+        with parallel.running():
+            seen = (get(), blas.splitting())
+        assert seen == ((1, True) if busy else (2, False))
+        with parallel.running(1):              # a sequential run: one BLAS thread whatever the load
+            assert (get(), blas.splitting()) == (1, True)
+        assert get() == 2
+    finally:
+        set_(before)
+
+
+@needs_openblas
+def test_sequential_run_joining_a_native_one_gets_one_blas_thread(monkeypatch):
+    monkeypatch.setattr(blas, "POLICY", "native_for_test")      # neither split nor auto: native mode
+    get, set_ = blas._OPENBLAS
+    before = get()
+    try:
+        set_(2)
+        with parallel.running():
+            assert (get(), blas.splitting()) == (2, False)
+            with parallel.running(1):
+                assert (get(), blas.splitting()) == (1, True)
+        assert get() == 2
+    finally:
+        set_(before)

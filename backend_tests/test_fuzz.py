@@ -455,8 +455,16 @@ def folder(tmp_path_factory):
     return model_dir, secret
 
 
+# Files onnx_mini reads whatever the model: the machine's CPU counters (blas.py picks its threading by
+# how busy the other cores are). Exact paths, fixed in the code, never derived from a model.
+SYSTEM_READS = frozenset({"/proc/stat"})
+
+
 def _allowed_read(path: str, model_dir: Path) -> bool:
-    """Inside the model's folder, or code Python may import lazily (the environment, the project)."""
+    """Inside the model's folder, code Python may import lazily (the environment, the project), or
+    one of SYSTEM_READS."""
+    if path in SYSTEM_READS:
+        return True
     real = os.path.realpath(path)
     roots = {os.path.realpath(r) for r in (model_dir, sys.prefix, sys.base_prefix, sys.exec_prefix, ROOT)}
     return any(os.path.commonpath([r, real]) == r for r in roots)

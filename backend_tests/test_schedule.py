@@ -18,8 +18,10 @@ needs_threads = pytest.mark.skipif(parallel.THREADS < 2 or not blas.managed(),
 
 @pytest.fixture(autouse=True)
 def parallel_whatever_the_branch_time(monkeypatch):
-    """These models are small: make every block run its branches at the same time."""
+    """These models are small: make every block run its branches at the same time (blocks run in
+    parallel in blas's "split" mode only, which a busy machine or ONNX_MINI_BLAS_THREADS=split picks)."""
     monkeypatch.setattr(executor, "MIN_BRANCH_SECONDS", 0.0)
+    monkeypatch.setattr(blas, "POLICY", "split")
 
 
 def inception(modules=2, c=8, size=12, seed=0):

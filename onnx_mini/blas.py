@@ -1,18 +1,26 @@
 """Matrix products on numpy's BLAS, with onnx_mini choosing how many threads each one gets.
 
 numpy's wheels bundle OpenBLAS, which runs every product above a small size on all cores with
-worker threads that wait for one another. On a machine whose cores are also busy with other
-processes those waits dominate: the light ResNet-50 takes 67 ms here on the idle 2-vCPU machine and
-1.09 s with two busy processes beside it (148 ms with one BLAS thread; a 2048x512x49 product: 0.6 ms
-idle, 8 ms loaded). So while onnx_mini runs a model (`during_run`), numpy's OpenBLAS is set to one
-thread, and `matmul` splits the products worth it into row (or column, or batch) blocks over
-parallel.split's small pool: one hand-off per product instead of OpenBLAS's many, the calling thread
-computing a block itself. Each block is its own BLAS call on its own slice of the output, so the
-result does not depend on timing.
+worker threads that spin and wait for one another. On an idle machine that is the fastest there
+is; on a machine whose cores are also busy with other processes those waits dominate: the light
+ResNet-50 takes 67 ms here on the idle 2-vCPU machine and 0.26 to 1.09 s with two busy processes
+beside it (a 2048x512x49 product: 0.6 ms idle, 8 ms loaded). onnx_mini's own pool does not spin:
+waking its thread costs ~70 us on this VM, so splitting products itself loses to OpenBLAS on an idle
+machine (64x576x3136: 1.4 ms OpenBLAS, 3.1 ms split) and wins when loaded (5.8 against 1.5 ms).
 
-ONNX_MINI_BLAS_THREADS=native leaves numpy's BLAS alone (its own threads, no splitting), as does a
-numpy whose BLAS is not the bundled OpenBLAS (then its thread count cannot be set from here).
-Outside a run (constant folding at prepare time, the user's own numpy calls) nothing changes.
+So each run (`during_run`) picks a mode when it starts, kept while runs overlap:
+- "native": OpenBLAS's own threads, no splitting: other processes use less than half a core
+  (see _busy);
+- "split": numpy's OpenBLAS on one thread and `matmul` splitting the products worth it into row
+  (or column, or batch) blocks over parallel.split's pool, one hand-off per product, the calling
+  thread computing a block itself: the machine is busy, or the run is capped to one thread
+  (`prepare(threads=1)`, `intra_op_num_threads=1`: then nothing is split either).
+Each block is its own BLAS call on its own slice of the output, so results do not depend on timing.
+
+ONNX_MINI_BLAS_THREADS=split (or managed) always splits, =native always leaves numpy's BLAS alone
+(its own threads, no splitting), as does a numpy whose BLAS is not the bundled OpenBLAS (then its
+thread count cannot be set from here). Outside a run (constant folding at prepare time, the user's
+own numpy calls) nothing changes.
 """
 from __future__ import annotations
 
@@ -22,6 +30,7 @@ import glob
 import math
 import os
 import threading
+import time
 
 import numpy as np
 
@@ -53,44 +62,94 @@ def _find_openblas():
     return None
 
 
-_OPENBLAS = None if os.environ.get("ONNX_MINI_BLAS_THREADS", "").lower() == "native" else _find_openblas()
+POLICY = os.environ.get("ONNX_MINI_BLAS_THREADS", "auto").lower()      # auto, split (managed), native
+_OPENBLAS = None if POLICY == "native" else _find_openblas()
+_CPUS = os.cpu_count() or 1
 _lock = threading.Lock()
 _active = 0          # runs in progress (any thread)
 _saved = 1           # OpenBLAS's thread count before the first of them started
+_split = False       # the mode of the runs in progress: True = "split", False = "native"
+_load: list = [-10.0, 0.0, None]  # [when read, cores other processes kept busy, (time, machine, own) cpu]
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_EVERY = 0.25        # seconds between two readings of the machine's load (one costs ~15 us)
 
 
 def managed() -> bool:
-    """Whether onnx_mini sets numpy's BLAS threads during runs and splits products itself."""
+    """Whether onnx_mini can set numpy's BLAS threads (the bundled OpenBLAS, not ONNX_MINI_BLAS_THREADS=native)."""
     return _OPENBLAS is not None
+
+
+def splitting() -> bool:
+    """Whether the runs in progress are in "split" mode (OpenBLAS on one thread, onnx_mini splitting)."""
+    return _split and _active > 0
+
+
+def _busy() -> bool:
+    """Whether other processes keep at least half a core busy: the CPU time the whole machine spent
+    (Linux's /proc/stat: user, system, irq, steal...) minus this process's own, over the time since
+    the previous reading (at most one every _EVERY seconds). This process's threads, OpenBLAS's spinning ones
+    included, do not count. Without /proc/stat: the 1-minute load average minus this thread."""
+    now = time.monotonic()
+    if now - _load[0] < _EVERY:
+        return _load[1] >= 0.5
+    own = sum(os.times()[:2])
+    machine = _machine_cpu_seconds()
+    prev = _load[2]
+    if machine is not None and prev is not None and now > prev[0]:
+        others = (machine - prev[1] - (own - prev[2])) / (now - prev[0])
+    else:
+        try:
+            others = os.getloadavg()[0] - 1
+        except OSError:
+            others = 0.0
+    _load[:] = [now, others, (now, machine, own) if machine is not None else None]
+    return others >= 0.5
+
+
+def _machine_cpu_seconds() -> float | None:
+    try:
+        with open("/proc/stat", "rb") as f:
+            fields = f.readline().split()
+        # cpu user nice system idle iowait irq softirq steal ...: everything but idle and iowait
+        ticks = sum(int(v) for k, v in enumerate(fields[1:9]) if k not in (3, 4))
+        return ticks / _TICKS
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 @contextlib.contextmanager
 def during_run():
-    """numpy's OpenBLAS on one thread while any onnx_mini run is in progress; restored after the last."""
-    global _active, _saved
+    """The BLAS mode of one run (see the module doc); OpenBLAS's thread count is restored after the
+    last overlapping run ends."""
+    global _active, _saved, _split
     if _OPENBLAS is None:
         yield
         return
     get, set_ = _OPENBLAS
+    single = parallel.threads() < 2
     with _lock:
         _active += 1
         if _active == 1:
             _saved = get()
-            if _saved != 1:
+            _split = single or POLICY in ("split", "managed") or (POLICY == "auto" and _busy())
+            if _split and _saved != 1:
                 set_(1)
+        elif single and not _split:     # a sequential run joins native ones: one BLAS thread for all
+            _split = True
+            set_(1)
     try:
         yield
     finally:
         with _lock:
             _active -= 1
-            if _active == 0 and _saved != 1:
+            if _active == 0 and get() != _saved:
                 set_(_saved)
 
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """np.matmul(a, b, out=out), split over the pool's threads when the product is large enough
     and runs inside during_run (float types only; anything else goes to np.matmul unchanged)."""
-    if (_active == 0 or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or a.dtype not in _SPLIT_DTYPES
+    if (not _split or _active == 0 or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or a.dtype not in _SPLIT_DTYPES
             or a.shape[-1] != b.shape[-2] or parallel.threads() < 2):
         return np.matmul(a, b, out=out)
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]

@@ -18,7 +18,7 @@ def execute(plan: Plan, slots: list[Any], hook: Hook | None = None) -> list[Any]
     """Run every step on `slots` (from inputs.bind_inputs) and return the graph outputs."""
     if hook is not None:
         return _execute_hooked(plan, slots, hook)
-    if plan.blocks and parallel.threads() > 1 and blas.managed():
+    if plan.blocks and blas.splitting() and parallel.threads() > 1:
         return _execute_blocks(plan, slots)
     # No local keeps a result past its step: inplace.py counts the references to an input to know
     # that only its slot holds it, so every loop here stores results straight into the slots.

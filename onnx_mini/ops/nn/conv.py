@@ -114,7 +114,10 @@ def _per_image(formulation, x, m, out, finish, *args):
         for i in range(i0, i1):
             y[i:i + 1] = formulation(x[i:i + 1], *args)
             finish(y[i:i + 1], i, i + 1)
-    parallel.split(work, n, 1)
+    if blas.splitting():      # with OpenBLAS's own threads busy on each product, images go in turn
+        parallel.split(work, n, 1)
+    else:
+        work(0, n)
     return y
 
 
