@@ -220,3 +220,19 @@ def test_sequential_run_joining_a_native_one_gets_one_blas_thread(monkeypatch):
         assert get() == 2
     finally:
         set_(before)
+
+
+@needs_openblas
+def test_own_threads_puts_openblas_on_one_thread_in_native_mode(monkeypatch):
+    monkeypatch.setattr(blas, "POLICY", "native_for_test")
+    get, set_ = blas._OPENBLAS
+    before = get()
+    try:
+        set_(2)
+        with parallel.running():
+            with blas.own_threads():
+                inside = get()
+            after = get()
+        assert (inside, after) == (1, 2)
+    finally:
+        set_(before)

@@ -466,3 +466,23 @@ def test_dilations_not_in_old_versions():
         run_node(AVG, 11, [x], kernel_shape=[2, 2], dilations=[2, 2])
     with pytest.raises(InvalidNodeError, match=f"{NODE}.*storage_order"):
         run_node(MAX, 1, [x], kernel_shape=[2, 2], storage_order=1)
+
+
+def test_max_pool_of_a_large_batch_goes_image_by_image_with_the_same_result():
+    """Batches of 1M+ elements are pooled image by image (nn/_common.per_image): the result must be
+    the one of each image pooled alone, the threads notwithstanding."""
+    import onnx_mini
+    from onnx import TensorProto, helper
+    x = np.random.default_rng(3).standard_normal((4, 8, 180, 190)).astype(np.float32)
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    rep = onnx_mini.prepare(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]))
+    y = rep.run([x])[0]
+    assert y.shape == (4, 8, 90, 95)
+    for i in range(4):
+        np.testing.assert_array_equal(y[i:i + 1], rep.run([x[i:i + 1]])[0])
+    # the window maximum, from the definition, on a few output positions
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+    for (i, c, r, q) in [(0, 0, 0, 0), (3, 7, 89, 94), (2, 4, 45, 10)]:
+        assert y[i, c, r, q] == xp[i, c, 2 * r:2 * r + 3, 2 * q:2 * q + 3].max()

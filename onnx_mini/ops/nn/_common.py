@@ -1,10 +1,12 @@
-"""Geometry shared by convolutions and pools: kernel extents, auto_pad, output sizes, padding."""
+"""Geometry shared by convolutions and pools: kernel extents, auto_pad, output sizes, padding; and
+per_image, how both go through a batch."""
 from __future__ import annotations
 
 import math
 
 import numpy as np
 
+from ... import blas, parallel
 from ...errors import InvalidValueError
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -82,3 +84,19 @@ def windows(xp: np.ndarray, kernel, strides, dilations, out_sizes) -> np.ndarray
     strides_ = st[:lead] + tuple(st[lead + d] * strides[d] for d in range(r)) + \
         tuple(st[lead + d] * dilations[d] for d in range(r))
     return np.lib.stride_tricks.as_strided(xp, shape, strides_, writeable=False)
+
+
+def per_image(compute, shape, dtype) -> np.ndarray:
+    """The (N, ...) result `shape` of compute(i, out) for each image i (out: its (1, ...) slice), the
+    images shared among parallel.split's threads with OpenBLAS on one thread meanwhile
+    (blas.own_threads): each image's temporaries (padded copies, im2col columns, window maxima) stay
+    small and in the caches. ResNet-50 per image: batch 1 ~68 ms; batch 32 96 ms with whole-batch
+    temporaries, 87 ms image by image with OpenBLAS's threads, 66-70 ms with the images on two threads."""
+    y = np.empty(shape, dtype)
+
+    def work(i0, i1):
+        for i in range(i0, i1):
+            compute(i, y[i:i + 1])
+    with blas.own_threads():
+        parallel.split(work, shape[0], 1)
+    return y

@@ -21,7 +21,7 @@ from ... import blas, parallel
 from ...errors import InvalidValueError
 from ...registry import kernel
 from .._common import UPCAST
-from ._common import check_auto_pad, geometry, pad_spatial, windows
+from ._common import check_auto_pad, geometry, pad_spatial, per_image, windows
 
 # Measured here (3x3, pad 1, batch 1, best of 7): shifted windows beat im2col only on large images
 # with few output channels (56x56x64: 1.9 vs 2.0 ms; 112x112x32: 2.4 vs 2.7 ms) and lose elsewhere
@@ -99,26 +99,18 @@ def _conv(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides, epil
 
 
 def _per_image(formulation, x, m, out, finish, *args):
-    """formulation(x[i:i+1], *args) image by image, each finished (finish(y_i, i, i+1): bias, fused
-    epilogue) while it is in the caches, the images shared among the threads: temporaries (padded
-    copies, im2col columns) are sized for one image rather than the batch. Measured on ResNet-50, per
-    image: batch 1 ~80 ms; batch 32 96 ms with whole-batch columns, 84 ms image by image."""
+    """formulation(x[i:i+1], *args) image by image (per_image), each finished (finish(y_i, i, i+1):
+    bias, fused epilogue) while it is in the caches."""
     n = x.shape[0]
     if n == 1:
         y = formulation(x, *args)
         finish(y, 0, 1)
         return y
-    y = np.empty((n, m, *out), dtype=x.dtype)
 
-    def work(i0, i1):
-        for i in range(i0, i1):
-            y[i:i + 1] = formulation(x[i:i + 1], *args)
-            finish(y[i:i + 1], i, i + 1)
-    if blas.splitting():      # with OpenBLAS's own threads busy on each product, images go in turn
-        parallel.split(work, n, 1)
-    else:
-        work(0, n)
-    return y
+    def compute(i, y_i):
+        y_i[...] = formulation(x[i:i + 1], *args)
+        finish(y_i, i, i + 1)
+    return per_image(compute, (n, m, *out), x.dtype)
 
 
 def _pointwise(x, wg, out):

@@ -25,7 +25,11 @@ import numpy as np
 from ...errors import InvalidValueError
 from ...registry import kernel
 from .._common import UPCAST, as_array
-from ._common import check_auto_pad, geometry, pad_spatial
+from ._common import check_auto_pad, geometry, pad_spatial, per_image
+
+# A batch at least this large is pooled image by image (ResNet-50's first MaxPool at batch 32: 2.1 ms
+# per image over the whole batch, 1 ms for one image alone).
+_PER_IMAGE_SIZE = 1 << 20
 
 
 # -- shared window machinery ----------------------------------------------------------------------
@@ -102,9 +106,17 @@ def _max_pool(kernel_shape, strides, pads, dilations, auto_pad, ceil_mode, stora
         begin, end, extra, out = _layout(in_sizes, kernel, strides, dilations, pads, auto_pad, ceil_mode)
         dtype = x.dtype
         xc = x.astype(np.float32) if dtype in UPCAST else x
-        xp = _padded(xc, begin, end, extra, _lowest(xc.dtype))
         if not indices:
-            return _box(xp, np.maximum, kernel, strides, dilations, out).astype(dtype, copy=False)
+            if xc.shape[0] > 1 and xc.size >= _PER_IMAGE_SIZE:     # image by image, cache-hot
+                def compute(i, y_i):
+                    y_i[...] = _box(_padded(xc[i:i + 1], begin, end, extra, _lowest(xc.dtype)), np.maximum,
+                                    kernel, strides, dilations, out)
+                y = per_image(compute, (*xc.shape[:2], *out), xc.dtype)
+            else:
+                y = _box(_padded(xc, begin, end, extra, _lowest(xc.dtype)), np.maximum, kernel, strides,
+                         dilations, out)
+            return y.astype(dtype, copy=False)
+        xp = _padded(xc, begin, end, extra, _lowest(xc.dtype))
         y, arg = _argmax_taps(xp, kernel, strides, dilations, out)
         return y.astype(dtype, copy=False), _flat_indices(arg, x.shape, kernel, strides, dilations, begin,
                                                           out, storage_order)
