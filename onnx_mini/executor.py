@@ -63,17 +63,16 @@ def _execute_blocks(plan: Plan, slots: list[Any]) -> list[Any]:
     """The plan with its independent branches (schedule.py) run at the same time."""
     steps, pos = plan.steps, 0
     for block in plan.blocks:
-        _run_steps(plan, range(pos, block.start), slots)
+        _run_steps(plan, [(i, *steps[i]) for i in range(pos, block.start)], slots)
         _run_block(plan, block, slots)
         pos = block.stop
-    _run_steps(plan, range(pos, len(steps)), slots)
+    _run_steps(plan, [(i, *steps[i]) for i in range(pos, len(steps))], slots)
     return [slots[i] for i in plan.output_slots]
 
 
-def _run_steps(plan: Plan, indices: range, slots: list[Any]) -> None:
-    steps = plan.steps
-    for i in indices:
-        fn, ins, out, frees = steps[i]
+def _run_steps(plan: Plan, steps, slots: list[Any]) -> None:
+    """Run (index in the plan, fn, ins, out, frees) steps in order: a stretch of the plan or a branch."""
+    for i, fn, ins, out, frees in steps:
         try:
             if out.__class__ is int:
                 slots[out] = fn(*[slots[k] for k in ins])
@@ -90,16 +89,7 @@ def _run_block(plan: Plan, block, slots: list[Any]) -> None:
     taken = itertools.count()
 
     def run_branch(k: int) -> None:
-        for i, fn, ins, out, frees in branches[k]:
-            try:
-                if out.__class__ is int:
-                    slots[out] = fn(*[slots[s] for s in ins])
-                else:
-                    _store(out, fn(*[slots[s] for s in ins]), slots)
-            except Exception as e:
-                raise plan.kernel_error(i, [slots[s] for s in ins], e) from e
-            for f in frees:
-                slots[f] = None
+        _run_steps(plan, branches[k], slots)
 
     def take() -> None:       # each thread runs whole branches, the next one not yet taken
         while (k := next(taken)) < len(branches):
