@@ -86,8 +86,10 @@ def limited(threads: int | None):
 
 @contextlib.contextmanager
 def running(threads: int | None = None):
-    """The scope of one model run: at most `threads` threads, numpy's BLAS under blas.during_run."""
-    from . import blas      # blas builds on split(); imported here to keep the import order simple
+    """The scope of one model run: at most `threads` threads, numpy's BLAS under blas.during_run
+    (and, once per process, malloc tuned by memory.tune_once)."""
+    from . import blas, memory      # blas builds on split(); imported here to keep the import order simple
+    memory.tune_once()
     token = _cap.set(threads or None)
     try:
         with blas.during_run():
