@@ -86,6 +86,31 @@ def windows(xp: np.ndarray, kernel, strides, dilations, out_sizes) -> np.ndarray
     return np.lib.stride_tricks.as_strided(xp, shape, strides_, writeable=False)
 
 
+def conv_kernel(x: np.ndarray, w: np.ndarray, kernel_shape) -> list[int]:
+    """The checks every convolution (Conv, ConvTranspose, DeformConv) makes of X and W: same rank, at
+    least 3, and a kernel_shape attribute (when given) equal to W's spatial shape; returns the kernel."""
+    if x.ndim < 3 or w.ndim != x.ndim:
+        raise InvalidValueError(f"X (shape {list(x.shape)}) and W (shape {list(w.shape)}) must have the same "
+                                "rank, at least 3 (N, C, spatial...)")
+    kernel = list(w.shape[2:])
+    if kernel_shape and list(kernel_shape) != kernel:
+        raise InvalidValueError(f"kernel_shape {list(kernel_shape)} differs from W's spatial shape {kernel}")
+    return kernel
+
+
+def check_groups(c: int, w: np.ndarray, group: int) -> None:
+    """W (M, C/group, ...) of a forward convolution against X's C channels."""
+    m, cg = w.shape[:2]
+    if c != cg * group or m % group:
+        raise InvalidValueError(f"X has {c} channels and W has shape {list(w.shape)}: with group={group} W must "
+                                f"be ({group}k, {c // group if c % group == 0 else '?'}, ...)")
+
+
+def check_bias(b, m: int) -> None:
+    if b is not None and b.shape != (m,):
+        raise InvalidValueError(f"B must have shape [{m}], got {list(b.shape)}")
+
+
 def per_image(compute, shape, dtype) -> np.ndarray:
     """The (N, ...) result `shape` of compute(i, out) for each image i (out: its (1, ...) slice), the
     images shared among parallel.split's threads with OpenBLAS on one thread meanwhile

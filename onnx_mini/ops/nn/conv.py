@@ -18,10 +18,10 @@ import math
 import numpy as np
 
 from ... import blas, parallel
-from ...errors import InvalidValueError
 from ...registry import kernel
 from .._common import UPCAST
-from ._common import check_auto_pad, geometry, pad_spatial, per_image, windows
+from ._common import (check_auto_pad, check_bias, check_groups, conv_kernel, geometry, pad_spatial, per_image,
+                      windows)
 
 # Measured here (3x3, pad 1, batch 1, best of 7): shifted windows beat im2col only on large images
 # with few output channels (56x56x64: 1.9 vs 2.0 ms; 112x112x32: 2.4 vs 2.7 ms) and lose elsewhere
@@ -52,20 +52,12 @@ def conv_1(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pad
 def _conv(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides, epilogue=None):
     """epilogue(y_part, i0, i1), when given, finishes images i0..i1-1 of the float32/float64 result in
     place (optimize/kernels.py: residual add, activation), while they are still in the caches."""
-    if x.ndim < 3 or w.ndim != x.ndim:
-        raise InvalidValueError(f"X (shape {list(x.shape)}) and W (shape {list(w.shape)}) must have the same "
-                                "rank, at least 3 (N, C, spatial...)")
+    kernel = conv_kernel(x, w, kernel_shape)
     n, c = x.shape[:2]
     m, cg = w.shape[:2]
     r = x.ndim - 2
-    kernel = list(kernel_shape) if kernel_shape else list(w.shape[2:])
-    if kernel != list(w.shape[2:]):
-        raise InvalidValueError(f"kernel_shape {kernel} differs from W's spatial shape {list(w.shape[2:])}")
-    if c != cg * group or m % group:
-        raise InvalidValueError(f"X has {c} channels and W has shape {list(w.shape)}: with group={group} W must "
-                                f"be ({group}k, {c // group if c % group == 0 else '?'}, ...)")
-    if b is not None and b.shape != (m,):
-        raise InvalidValueError(f"B must have shape [{m}], got {list(b.shape)}")
+    check_groups(c, w, group)
+    check_bias(b, m)
     strides_ = list(strides) if strides else [1] * r
     dil = list(dilations) if dilations else [1] * r
     begin, end, out = geometry(x.shape[2:], kernel, strides_, dil, pads, auto_pad)

@@ -16,7 +16,7 @@ import numpy as np
 from ...errors import InvalidValueError
 from ...registry import kernel
 from .._common import UPCAST
-from ._common import check_auto_pad
+from ._common import check_auto_pad, check_bias, conv_kernel
 from .col2im import scatter_blocks
 from .conv import _grouped_matmul
 
@@ -94,21 +94,15 @@ def transpose_geometry(in_sizes, kernel, strides, dilations, pads, output_paddin
 
 def _conv_transpose(x, w, b, auto_pad, dilations, group, kernel_shape, output_padding, output_shape, pads,
                     strides, upper_first):
-    if x.ndim < 3 or w.ndim != x.ndim:
-        raise InvalidValueError(f"X (shape {list(x.shape)}) and W (shape {list(w.shape)}) must have the same "
-                                "rank, at least 3 (N, C, spatial...)")
+    kernel = conv_kernel(x, w, kernel_shape)
     n, c = x.shape[:2]
     r = x.ndim - 2
-    kernel = list(w.shape[2:])
-    if kernel_shape and list(kernel_shape) != kernel:
-        raise InvalidValueError(f"kernel_shape {list(kernel_shape)} differs from W's spatial shape {kernel}")
     if w.shape[0] != c or c % group:
         raise InvalidValueError(f"X has {c} channels and W has shape {list(w.shape)}: W must be (C, M/group, ...) "
                                 f"with C = {c} divisible by group = {group}")
     mg = w.shape[1]
     m = mg * group
-    if b is not None and b.shape != (m,):
-        raise InvalidValueError(f"B must have shape [{m}], got {list(b.shape)}")
+    check_bias(b, m)
     st = list(strides) if strides else [1] * r
     dil = list(dilations) if dilations else [1] * r
     adj = list(output_padding) if output_padding else [0] * r

@@ -17,7 +17,7 @@ import numpy as np
 from ...errors import InvalidValueError
 from ...registry import kernel
 from .._common import UPCAST
-from ._common import geometry
+from ._common import check_bias, check_groups, conv_kernel, geometry
 from .conv import _grouped_matmul
 
 
@@ -32,22 +32,14 @@ def deform_conv_19(*, dilations=None, group=1, kernel_shape=None, offset_group=1
 
 
 def _deform_conv(x, w, offset, b, mask, dilations, group, kernel_shape, offset_group, pads, strides):
-    if x.ndim < 3 or w.ndim != x.ndim:
-        raise InvalidValueError(f"X (shape {list(x.shape)}) and W (shape {list(w.shape)}) must have the same "
-                                "rank, at least 3 (N, C, spatial...)")
+    kernel = conv_kernel(x, w, kernel_shape)
     n, c = x.shape[:2]
     m, cg = w.shape[:2]
     r = x.ndim - 2
-    kernel = list(w.shape[2:])
-    if kernel_shape and list(kernel_shape) != kernel:
-        raise InvalidValueError(f"kernel_shape {list(kernel_shape)} differs from W's spatial shape {kernel}")
-    if c != cg * group or m % group:
-        raise InvalidValueError(f"X has {c} channels and W has shape {list(w.shape)}: with group={group} W must "
-                                f"be ({group}k, {c // group if c % group == 0 else '?'}, ...)")
+    check_groups(c, w, group)
     if c % offset_group:
         raise InvalidValueError(f"X's {c} channels are not divisible by offset_group={offset_group}")
-    if b is not None and b.shape != (m,):
-        raise InvalidValueError(f"B must have shape [{m}], got {list(b.shape)}")
+    check_bias(b, m)
     st = list(strides) if strides else [1] * r
     dil = list(dilations) if dilations else [1] * r
     begin, _, out = geometry(x.shape[2:], kernel, st, dil, pads, "NOTSET")
