@@ -89,15 +89,16 @@ def attrs_of(group=1, strides=None, dilations=None, pads=None, auto_pad="NOTSET"
 
 @pytest.fixture(autouse=True)
 def small_shift_threshold(monkeypatch):
-    """Conv takes its shifted-window path on large images only (see conv._SHIFT_MIN_PIXELS); the
-    '-shifted' cases here are small enough for the slow reference, so lower the bar to reach it."""
+    """Conv takes its shifted-window path on large images with fewer outputs than input channels only
+    (see conv._SHIFT_MIN_PIXELS); the '-shifted' cases here are small enough for the slow reference,
+    so lower the bar to reach it."""
     from onnx_mini.ops.nn import conv
     monkeypatch.setattr(conv, "_SHIFT_MIN_PIXELS", 400)
 
 
 CONV_CASES = [  # (id, x shape, w shape, with bias, attributes)
     ("1d-strided-asym", (1, 2, 7), (3, 2, 3), True, dict(strides=[2], pads=[1, 2])),
-    ("1d-shifted", (1, 2, 450), (2, 2, 3), True, dict(pads=[1, 1])),
+    ("1d-shifted", (1, 3, 450), (2, 3, 3), True, dict(pads=[1, 1])),
     ("1d-dilated", (2, 3, 9), (2, 3, 2), False, dict(dilations=[3], pads=[0, 2])),
     ("2d-pointwise", (2, 3, 4, 5), (4, 3, 1, 1), True, {}),
     ("2d-pointwise-groups", (1, 6, 3, 3), (6, 2, 1, 1), False, dict(group=3)),
@@ -105,16 +106,16 @@ CONV_CASES = [  # (id, x shape, w shape, with bias, attributes)
     ("2d-depthwise", (2, 3, 5, 5), (3, 1, 3, 3), True, dict(group=3, pads=[1, 1, 1, 1])),
     ("2d-depthwise-multiplier", (1, 3, 6, 5), (6, 1, 2, 3), True,
      dict(group=3, strides=[2, 1], dilations=[1, 2], pads=[0, 1, 1, 2])),
-    ("2d-shifted", (1, 2, 21, 20), (3, 2, 3, 3), True, dict(pads=[1, 1, 1, 1])),
-    ("2d-shifted-dilated-asym", (1, 2, 24, 22), (2, 2, 3, 3), False, dict(dilations=[2, 1], pads=[2, 0, 2, 3])),
-    ("2d-shifted-same-lower", (1, 2, 20, 21), (2, 2, 2, 2), False, dict(auto_pad="SAME_LOWER")),
+    ("2d-shifted", (1, 4, 21, 20), (3, 4, 3, 3), True, dict(pads=[1, 1, 1, 1])),
+    ("2d-shifted-dilated-asym", (1, 3, 24, 22), (2, 3, 3, 3), False, dict(dilations=[2, 1], pads=[2, 0, 2, 3])),
+    ("2d-shifted-same-lower", (1, 3, 20, 21), (2, 3, 2, 2), False, dict(auto_pad="SAME_LOWER")),
     ("2d-im2col-grouped", (2, 4, 7, 6), (4, 2, 3, 2), True, dict(group=2, strides=[2, 3], pads=[1, 0, 2, 1])),
     ("2d-im2col-small", (1, 2, 4, 4), (3, 2, 3, 3), True, dict(pads=[1, 1, 1, 1])),
     ("2d-same-upper", (1, 2, 7, 6), (3, 2, 4, 3), True, dict(strides=[2, 2], auto_pad="SAME_UPPER")),
     ("2d-same-lower", (1, 2, 7, 6), (3, 2, 4, 3), True, dict(strides=[2, 2], auto_pad="SAME_LOWER")),
     ("2d-valid", (1, 2, 7, 6), (3, 2, 4, 3), True, dict(strides=[2, 2], auto_pad="VALID")),
     ("2d-same-dilated", (1, 1, 5, 6), (2, 1, 2, 3), False, dict(dilations=[2, 2], auto_pad="SAME_UPPER")),
-    ("3d-shifted", (1, 1, 8, 8, 7), (1, 1, 3, 3, 3), True, dict(pads=[1, 1, 1, 1, 1, 1])),
+    ("3d-shifted", (1, 2, 8, 8, 7), (1, 2, 3, 3, 3), True, dict(pads=[1, 1, 1, 1, 1, 1])),
     ("3d-grouped-strided", (1, 4, 5, 4, 5), (2, 2, 2, 3, 2), True,
      dict(group=2, strides=[1, 2, 2], dilations=[2, 1, 1], pads=[0, 1, 0, 1, 0, 1])),
     ("3d-depthwise", (1, 2, 3, 4, 3), (4, 1, 2, 2, 2), False, dict(group=2, pads=[1, 0, 1, 0, 1, 0])),
@@ -129,6 +130,20 @@ def test_conv_against_direct_loop(version, xs, ws, bias, attrs):
     expected = conv_expected(x, w, b, **attrs).astype(np.float32)
     assert_same(run_node("Conv", version, [x, w] + ([b] if bias else []), **attrs_of(**attrs)), expected)
 
+
+
+@pytest.mark.parametrize("case", [c for c in CONV_CASES if "shifted" in c[0] or "im2col" in c[0]], ids=lambda c: c[0])
+def test_conv_cases_take_the_formulation_they_name(case, monkeypatch):
+    """The '-shifted' and '-im2col' cases above reach the formulation in their name (so a change of
+    the selection rule cannot leave a formulation untested)."""
+    from onnx_mini.ops.nn import conv
+    calls = []
+    for name in ("_shifted", "_im2col"):
+        original = getattr(conv, name)
+        monkeypatch.setattr(conv, name, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
+    _, xs, ws, bias, attrs = case
+    run_node("Conv", 22, [ints(xs), ints(ws)] + ([ints((ws[0],))] if bias else []), **attrs_of(**attrs))
+    assert calls and set(calls) == {"_shifted" if "shifted" in case[0] else "_im2col"}
 
 DEPTHWISE_CASES = [  # (id, x shape, w shape, with bias, attributes): one input channel per group
     ("1d-strided-asym", (2, 3, 11), (6, 1, 3), True, dict(group=3, strides=[2], pads=[2, 1])),
@@ -190,7 +205,7 @@ def test_conv_kernel_shape_attribute_and_float64_values():
     ((1, 2, 5, 5), (3, 2, 3, 3), dict(pads=[1, 0, 1, 2])),                   # im2col
     ((1, 2, 3, 4), (2, 2, 1, 1), {}),                                        # pointwise
     ((1, 2, 4, 4), (2, 1, 3, 3), dict(group=2, pads=[1, 1, 1, 1])),          # depthwise
-    ((1, 1, 20, 20), (1, 1, 2, 2), dict(auto_pad="SAME_UPPER")),             # shifted windows
+    ((1, 2, 20, 20), (1, 2, 2, 2), dict(auto_pad="SAME_UPPER")),             # shifted windows
 ], ids=["im2col", "pointwise", "depthwise", "shifted"])
 def test_conv_every_type(version, tname, xs, ws, attrs):
     dt = np_type(tname)

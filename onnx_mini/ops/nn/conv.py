@@ -5,9 +5,10 @@ Three formulations, picked per call from the shapes (cheap: a few integer compar
 - depthwise (one input channel per group): a multiply-add per kernel tap into reused buffers, over
   flat padded planes (large images: each tap one contiguous run) or channels-last (small images:
   the weights along the contiguous axis), in blocks spread over threads (see _depthwise);
-- shifted windows (stride 1, large spatial size): the padded input is flattened row-major once, and
-  each kernel tap is one matmul of the tap's weights with a contiguous run of that flat image
-  starting at the tap's offset; the padded columns are cropped at the end (no per-tap copies);
+- shifted windows (stride 1, fewer output than input channels, not a tiny image): the padded input
+  is flattened row-major once, and each kernel tap is one matmul of the tap's weights with a
+  contiguous run of that flat image starting at the tap's offset; the padded columns are cropped at
+  the end (no per-tap copies);
 - im2col otherwise: a strided window view copied once into (C*k, out pixels), then one matmul.
 float16/bfloat16 compute in float32 and round back once.
 """
@@ -23,11 +24,14 @@ from .._common import UPCAST
 from ._common import (check_auto_pad, check_bias, check_groups, conv_kernel, geometry, pad_spatial, per_image,
                       windows)
 
-# Measured here (3x3, pad 1, batch 1, best of 7): shifted windows beat im2col only on large images
-# with few output channels (56x56x64: 1.9 vs 2.0 ms; 112x112x32: 2.4 vs 2.7 ms) and lose elsewhere
-# (28x28x128: 1.9 vs 1.6 ms; 56x56 with 192 outputs: 4.6 vs 3.9 ms; 7x7x512: 3.8 vs 1.9 ms).
-_SHIFT_MIN_PIXELS = 2500
-_SHIFT_MAX_OUT_CHANNELS = 128
+# Shifted windows do 9 (per 3x3 tap) products (M, C) x (C, pixels) and 8 sums of (M, pixels) where
+# im2col copies (9C, pixels) once and does one product: they win when the output has fewer channels
+# than the input (less to sum than to copy) and the image is not tiny. Measured here (3x3, pad 1,
+# batch 1, im2col vs shifted, interleaved; OpenBLAS on 2 threads / 1 thread): 56x56 128->64 6.2 vs
+# 5.5 ms, 28x28 128->32 2.0 vs 1.2, 112x112 64->32 9.2 vs 8.4; but 56x56 16->64 1.07 vs 2.66,
+# 64x64 16->32 1.14 vs 1.73, 7x7 512->128 0.83 vs 0.97; with as many outputs as inputs it is a
+# draw at best (56x56x64 3.6 vs 3.9 ms, 7x7x512 3.2 vs 5.7).
+_SHIFT_MIN_PIXELS = 700
 # Depthwise (see _depthwise): channels-last up to this many output pixels, flat above; blocks of at
 # most this many bytes of scratch buffers, which bounds the scratch memory of large batches (blocks
 # sized for the caches measured no faster: the nine MobileNet layers at batch 8 took 61 ms in blocks
@@ -80,8 +84,7 @@ def _conv(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides, epil
     elif cg == 1 and group > 1:
         y = _depthwise(x, w, b, group, kernel, strides_, dil, begin, out)
         bias = None                                             # added by _depthwise
-    elif (all(s == 1 for s in strides_) and math.prod(out) >= _SHIFT_MIN_PIXELS and group == 1
-          and m <= _SHIFT_MAX_OUT_CHANNELS):
+    elif all(s == 1 for s in strides_) and math.prod(out) >= _SHIFT_MIN_PIXELS and group == 1 and m < c:
         return _per_image(_shifted, x, m, out, finish, w, kernel, dil, begin, end, out).astype(dtype, copy=False)
     else:
         return _per_image(_im2col, x, m, out, finish, w, group, kernel, strides_, dil, begin, end,
