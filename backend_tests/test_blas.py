@@ -237,30 +237,3 @@ def test_own_threads_puts_openblas_on_one_thread_in_native_mode(monkeypatch):
         assert (inside, after) == (1, 2)
     finally:
         set_(before)
-
-
-def test_malloc_is_tuned_once_and_only_with_glibc(monkeypatch):
-    from onnx_mini import memory
-    calls = []
-    fake = types.SimpleNamespace(mallopt=lambda *a: calls.append(a) or 1)
-    monkeypatch.setattr(memory, "_done", [False])
-    monkeypatch.setattr(memory.ctypes, "CDLL", lambda name: fake)
-    with parallel.running():
-        pass
-    with parallel.running():
-        pass
-    assert calls == [(-3, memory.MMAP_THRESHOLD), (-1, memory.TRIM_THRESHOLD)]
-
-    def no_libc(name):
-        raise OSError("no libc here")
-    monkeypatch.setattr(memory, "_done", [False])
-    monkeypatch.setattr(memory.ctypes, "CDLL", no_libc)
-    memory.tune_once()                     # nothing to tune, no error
-    assert memory._done == [True]
-
-
-def test_malloc_default_leaves_it_alone():
-    code = "import onnx_mini.memory as m\nprint(m._done[0])\n"
-    env = dict(os.environ, ONNX_MINI_MALLOC="default")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0 and out.stdout.strip() == "True"

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from ... import blas, parallel
+from ... import blas, memory, parallel
 from ...errors import InvalidValueError
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -117,7 +117,7 @@ def per_image(compute, shape, dtype) -> np.ndarray:
     (blas.own_threads): each image's temporaries (padded copies, im2col columns, window maxima) stay
     small and in the caches. ResNet-50 per image: batch 1 ~68 ms; batch 32 96 ms with whole-batch
     temporaries, 87 ms image by image with OpenBLAS's threads, 66-70 ms with the images on two threads."""
-    y = np.empty(shape, dtype)
+    y = memory.empty(shape, dtype)
 
     def work(i0, i1):
         for i in range(i0, i1):
