@@ -377,3 +377,20 @@ def test_large_inputs_match_the_formula(op):
     assert got.dtype == x.dtype and got.shape == x.shape
     # Gelu's tail: an ulp of x / sqrt(2) moves erfc(z) by 2 z^2 ulps (z up to 8.5 here)
     np.testing.assert_allclose(got, exp, rtol=1e-13 if op == "Gelu" else 1e-14, atol=1e-300)
+
+
+def test_gelu_float32_to_a_few_ulp_everywhere():
+    """float32 Gelu (normal_cdf.gelu_float32) against 0.5 x erfc(-x / sqrt(2)) in float64 on a dense
+    grid, the left tail included (where scaling x by 1/sqrt(2) in float32 alone costs ~200 ulp)."""
+    x = np.concatenate([np.linspace(-16, 16, 64001), np.linspace(-1e-3, 1e-3, 2001),
+                        np.random.default_rng(0).standard_normal(20000) * 3]).astype(np.float32)
+    exact = np.array([0.5 * v * math.erfc(-v / math.sqrt(2)) for v in x.astype(np.float64).tolist()])
+    got = run("Gelu", 20, [x])
+    assert got.dtype == np.float32
+    normal = np.abs(exact) >= np.finfo(np.float32).tiny
+    ulps = np.abs(got[normal] - exact[normal]) / np.spacing(np.abs(exact[normal]).astype(np.float32))
+    assert ulps.max() <= 8
+    assert (np.abs(got[~normal]) <= 2 * np.finfo(np.float32).tiny).all()       # the far tail: 0 or tiny
+    tail = np.array([-5.0, -9.0, -12.0], np.float32)
+    np.testing.assert_allclose(run("Gelu", 20, [tail]), [0.5 * v * math.erfc(-v / math.sqrt(2)) for v in tail.tolist()],
+                               rtol=1e-6)

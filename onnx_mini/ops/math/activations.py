@@ -21,6 +21,7 @@ import numpy as np
 from ...errors import InvalidValueError
 from ...registry import kernel
 from .._common import as_array, broadcasts_to, float32_compute, same_type
+from .normal_cdf import gelu_float32
 from .unary import erfc
 
 
@@ -116,7 +117,10 @@ def selu_6(*, alpha=_f32(1.67326319217681884765625), gamma=_f32(1.05070102214813
 # -- Gelu ------------------------------------------------------------------------------------------
 
 def _gelu_erf(x):
-    """0.5 * x * (1 + erf(x / sqrt(2))), written with erfc to keep precision for negative x."""
+    """0.5 * x * (1 + erf(x / sqrt(2))), written with erfc to keep precision for negative x (float32:
+    normal_cdf.gelu_float32, ~2x faster and more accurate in the left tail)."""
+    if x.dtype == np.float32:
+        return gelu_float32(x)
     t = erfc(np.multiply(x, -1.0 / math.sqrt(2.0)))
     if t.dtype != x.dtype:       # erfc computes in float64 for anything but float32
         t = t.astype(x.dtype)
