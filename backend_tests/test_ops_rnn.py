@@ -393,3 +393,17 @@ def test_large_batch_matches_reference():
     lens = [7, 1, 5, 0, 7, 3]
     ins = make_inputs("LSTM", T=7, nb=6, I=5, H=8, nd=2, layout=1, lens=lens, init=True, peep=True, seed=13)
     check("LSTM", 22, ins, direction="bidirectional", layout=1, input_forget=1, clip=0.9)
+
+
+@pytest.mark.parametrize("op,attrs", [("RNN", {}), ("GRU", {}), ("GRU", {"linear_before_reset": 1}), ("LSTM", {})])
+def test_wide_state_takes_the_transposed_product(op, attrs, monkeypatch):
+    """A few rows of a wide state (here 5 x 128) are multiplied as (R h^T)^T (rnn._state_product):
+    every cell, both directions, ragged lengths and layout 1, against the reference."""
+    from onnx_mini.ops import rnn
+    calls = []
+    original = rnn.blas.matmul
+    monkeypatch.setattr(rnn.blas, "matmul", lambda a, b, out=None: calls.append(a.shape) or original(a, b, out=out))
+    ins = make_inputs(op, T=3, nb=5, I=4, H=128, nd=2, layout=1, lens=[3, 1, 2, 3, 0], init=True, seed=21)
+    check(op, 22, ins, direction="bidirectional", layout=1, **attrs)
+    gates = GATES[op] * 128
+    assert any(s[-2:] in ((gates, 128), (2 * 128, 128), (128, 128)) for s in calls)      # R [D, G*H, H] first

@@ -120,6 +120,16 @@ def _clipper(clip):
     return lambda x: np.clip(x, -clip, clip)
 
 
+def _state_product(h, R, RT):
+    """h @ R^T -> [D, B, G*H] for the state h [D, B, H], with R [D, G*H, H] and RT its contiguous
+    transpose. For a batch of a few rows OpenBLAS runs the product transposed, (R @ h^T)^T, about 1.5x
+    faster (a [D, B, G*H] view; measured here with H = 256, gates 4H: B=4 81 vs 39 us, B=16 121 vs
+    79 us, B=48 211 vs 196 us; B=1 and B >= 64 lose)."""
+    if 1 < h.shape[1] <= 48 and h.shape[2] >= 128:
+        return blas.matmul(R, h.transpose(0, 2, 1)).transpose(0, 2, 1)
+    return blas.matmul(h, RT)
+
+
 # -- cells: bind(W-independent weights) -> (projection bias, step) ---------------------------------
 # A cell's bind(R, B, P, H) receives R [D, G*H, H], B [D, 2*G*H] or None, P [D, 3*H] or None in the
 # compute type and returns (bias added to the input projection [D, G*H] or None,
@@ -129,11 +139,12 @@ def _rnn_cell(acts, pre):
     (f,) = acts
 
     def bind(R, B, P, H):
+        R = np.ascontiguousarray(R)
         RT = np.ascontiguousarray(R.transpose(0, 2, 1))
         bias = None if B is None else B[:, :H] + B[:, H:]
 
         def step(xp, h, c):
-            return f(pre(xp + blas.matmul(h, RT))), None
+            return f(pre(xp + _state_product(h, R, RT))), None
         return bias, step
     return bind
 
@@ -142,6 +153,7 @@ def _gru_cell(acts, pre, linear_before_reset):
     f, g = acts
 
     def bind(R, B, P, H):
+        R = np.ascontiguousarray(R)
         RT = R.transpose(0, 2, 1)                       # [D, H, 3H], gates z r h
         if B is None:
             bias, rbh = None, None
@@ -159,7 +171,7 @@ def _gru_cell(acts, pre, linear_before_reset):
             RT_all = np.ascontiguousarray(RT)
 
             def step(xp, h, c):
-                hr = blas.matmul(h, RT_all)
+                hr = _state_product(h, R, RT_all)
                 z = f(pre(xp[..., :H] + hr[..., :H]))
                 r = f(pre(xp[..., H:2 * H] + hr[..., H:2 * H]))
                 hh = hr[..., 2 * H:]
@@ -168,14 +180,15 @@ def _gru_cell(acts, pre, linear_before_reset):
                 ht = g(pre(xp[..., 2 * H:] + r * hh))
                 return ht + z * (h - ht), None
         else:
+            R_zr, R_h = R[:, :2 * H], R[:, 2 * H:]
             RT_zr = np.ascontiguousarray(RT[:, :, :2 * H])
             RT_h = np.ascontiguousarray(RT[:, :, 2 * H:])
 
             def step(xp, h, c):
-                zr = xp[..., :2 * H] + blas.matmul(h, RT_zr)
+                zr = xp[..., :2 * H] + _state_product(h, R_zr, RT_zr)
                 z = f(pre(zr[..., :H]))
                 r = f(pre(zr[..., H:]))
-                ht = g(pre(xp[..., 2 * H:] + blas.matmul(r * h, RT_h)))
+                ht = g(pre(xp[..., 2 * H:] + _state_product(r * h, R_h, RT_h)))
                 return ht + z * (h - ht), None
         return bias, step
     return bind
@@ -185,6 +198,7 @@ def _lstm_cell(acts, pre, input_forget):
     f, g, hf = acts
 
     def bind(R, B, P, H):
+        R = np.ascontiguousarray(R)
         RT = np.ascontiguousarray(R.transpose(0, 2, 1))    # [D, H, 4H], gates i o f c
         bias = None if B is None else B[:, :4 * H] + B[:, 4 * H:]
         if P is None:
@@ -193,7 +207,12 @@ def _lstm_cell(acts, pre, input_forget):
             pi, po, pf = (P[:, None, k * H:(k + 1) * H] for k in range(3))
 
         def step(xp, h, c):
-            gates = xp + blas.matmul(h, RT)
+            gates = xp + _state_product(h, R, RT)
+            if pi is None and not input_forget:      # i, o, f share f and lie side by side: one call
+                iof = f(pre(gates[..., :3 * H]))
+                cn = iof[..., 2 * H:] * c
+                cn += iof[..., :H] * g(pre(gates[..., 3 * H:]))
+                return iof[..., H:2 * H] * hf(cn), cn
             i_in, o_in = gates[..., :H], gates[..., H:2 * H]
             f_in, c_in = gates[..., 2 * H:3 * H], gates[..., 3 * H:]
             if pi is not None:
