@@ -161,14 +161,25 @@ DEPTHWISE_CASES = [  # (id, x shape, w shape, with bias, attributes): one input 
 ]
 
 
-@pytest.mark.parametrize("layout", ["flat", "channels-last"])
-@pytest.mark.parametrize("xs,ws,bias,attrs", [pytest.param(*c[1:], id=c[0]) for c in DEPTHWISE_CASES])
-def test_conv_depthwise_layouts(monkeypatch, layout, xs, ws, bias, attrs):
-    """Depthwise Conv computes on flat padded planes (large images) or channels-last (small ones),
-    in blocks of images or channels spread over threads: force each layout on small inputs, with
-    blocks as small as they go and a thread per block."""
+def force_depthwise_layout(monkeypatch, layout):
+    """Depthwise Conv computes on flat padded planes (large images), or channels-last (small ones):
+    one einsum over the windows when there is one output channel per input channel (and strides or
+    a small output), else a multiply-add per tap. Force one of the three."""
     from onnx_mini.ops.nn import conv
     monkeypatch.setattr(conv, "_DW_LAST_MAX_PIXELS", -1 if layout == "flat" else 10 ** 9)
+    if layout == "einsum":
+        monkeypatch.setattr(conv, "_DW_EINSUM_MAX_OUTPUTS", 10 ** 9)
+    else:
+        monkeypatch.setattr(conv, "_dw_einsum", conv._dw_channels_last)
+
+
+@pytest.mark.parametrize("layout", ["flat", "channels-last", "einsum"])
+@pytest.mark.parametrize("xs,ws,bias,attrs", [pytest.param(*c[1:], id=c[0]) for c in DEPTHWISE_CASES])
+def test_conv_depthwise_layouts(monkeypatch, layout, xs, ws, bias, attrs):
+    """Each depthwise layout (force_depthwise_layout) on small inputs, in blocks of images or
+    channels as small as they go, a thread per block."""
+    from onnx_mini.ops.nn import conv
+    force_depthwise_layout(monkeypatch, layout)
     monkeypatch.setattr(conv, "_DW_BLOCK_BYTES", 1)
     monkeypatch.setattr(conv, "_DW_MIN_PART_MACS", 1)
     x, w = ints(xs), ints(ws)
@@ -177,12 +188,28 @@ def test_conv_depthwise_layouts(monkeypatch, layout, xs, ws, bias, attrs):
     assert_same(run_node("Conv", 22, [x, w] + ([b] if bias else []), **attrs_of(**attrs)), expected)
 
 
-@pytest.mark.parametrize("layout", ["flat", "channels-last"])
+@pytest.mark.parametrize("xs,strides,layout", [((1, 16, 8, 8), [2, 2], "_dw_einsum"),
+                                                ((1, 16, 8, 8), [1, 1], "_dw_einsum"),
+                                                ((1, 2048, 8, 8), [1, 1], "_dw_channels_last"),
+                                                ((1, 4, 40, 40), [1, 1], "_dw_flat")])
+def test_conv_depthwise_picks_its_layout_by_shape(monkeypatch, xs, strides, layout):
+    from onnx_mini.ops.nn import conv
+    calls = []
+    for name in ("_dw_einsum", "_dw_channels_last", "_dw_flat"):
+        original = getattr(conv, name)
+        monkeypatch.setattr(conv, name, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
+    c = xs[1]
+    x, w = ints(xs), ints((c, 1, 3, 3))
+    attrs = dict(group=c, strides=strides, pads=[1, 1, 1, 1])
+    assert_same(run_node("Conv", 22, [x, w], **attrs_of(**attrs)), conv_expected(x, w, **attrs).astype(np.float32))
+    assert calls == [layout]
+
+
+@pytest.mark.parametrize("layout", ["flat", "channels-last", "einsum"])
 def test_conv_depthwise_edges_do_not_leak_across_rows(monkeypatch, layout):
     """The flat layout reads a row's neighbours where the image has padding and discards those
     products: infinities in the first and last columns must reach only their own windows."""
-    from onnx_mini.ops.nn import conv
-    monkeypatch.setattr(conv, "_DW_LAST_MAX_PIXELS", -1 if layout == "flat" else 10 ** 9)
+    force_depthwise_layout(monkeypatch, layout)
     x = ints((2, 2, 6, 5))
     x[:, 0, 2, 0] = np.inf
     x[:, 1, 3, 4] = -np.inf

@@ -40,6 +40,12 @@ _SHIFT_MIN_PIXELS = 700
 _DW_LAST_MAX_PIXELS = 1024
 _DW_BLOCK_BYTES = 8 * 1024 * 1024
 _DW_MIN_PART_MACS = 700_000
+# Small images with one output channel per input channel go to one einsum over the channels-last
+# windows when strided, or when the output is small (_dw_einsum; 3x3, batch 1, against channels-last,
+# interleaved: 112x56x56 /2 0.68 -> 0.52 ms, 272x14x14 /2 0.136 -> 0.063, 256x28x28 /2 0.36 -> 0.26,
+# 272x14x14 0.22 -> 0.15, 544x7x7 0.15 -> 0.08, 384x14x14 0.29 -> 0.22; but 512x14x14 0.39 -> 0.45
+# and 256x28x28 0.75 -> 0.75: past ~80k outputs the transposes in and out cost what einsum saves).
+_DW_EINSUM_MAX_OUTPUTS = 80_000
 
 
 @kernel("Conv", since=(1, 11, 22))
@@ -193,7 +199,12 @@ def _depthwise(x, w, b, group, kernel, strides, dil, begin, out):
     wk = w.reshape(group, mult, len(taps))
     pixels = math.prod(out)
     flat = pixels > _DW_LAST_MAX_PIXELS
-    make = _dw_flat if flat else _dw_channels_last
+    if flat:
+        make = _dw_flat
+    elif mult == 1 and (max(strides) > 1 or group * pixels <= _DW_EINSUM_MAX_OUTPUTS):
+        make = _dw_einsum
+    else:
+        make = _dw_channels_last
     step, plane = make(x.shape[2:], kernel, strides, dil, begin, out, mult, taps)
     # Blocks of whole images, or of channels of one image, of at most _DW_BLOCK_BYTES of scratch (flat),
     # at least `want` of them for the threads. One image in channels-last stays one block: splitting
@@ -322,8 +333,10 @@ def _dw_flat(in_sizes, kernel, strides, dil, begin, out, mult, taps):
     return step, len(phases) * length + 2 * mult * run
 
 
-def _dw_channels_last(in_sizes, kernel, strides, dil, begin, out, mult, taps):
-    """-> (step, buffer elements per image and channel) of the channels-last layout."""
+def _channels_last_input(in_sizes, kernel, strides, dil, begin, out):
+    """-> (need, padded(x, buffers)): the padded input positions the windows read along each axis, and
+    a function giving the block x (n, c, *in_sizes) padded and transposed to (n, *need, c), in a
+    buffer kept across blocks (its padding stays zero)."""
     r = len(kernel)
     need = [(o - 1) * s + (k - 1) * d + 1 for o, s, k, d in zip(out, strides, kernel, dil)]
     dst, src = [], []
@@ -334,9 +347,52 @@ def _dw_channels_last(in_sizes, kernel, strides, dil, begin, out, mult, taps):
         src.append(slice(lo - bg, hi - bg))
     empty = any(d.stop <= d.start for d in dst)
     dst, src = (slice(None),) + tuple(dst), (slice(None), slice(None)) + tuple(src)
+    to_last = (0, *range(2, 2 + r), 1)
+
+    def padded(x, buffers):
+        xp = _buffer(buffers, "xp", (x.shape[0], *need, x.shape[1]), x.dtype, zeros=True)
+        if not empty:
+            np.copyto(xp[dst], x[src].transpose(to_last))
+        return xp
+    return need, padded
+
+
+def _dw_einsum(in_sizes, kernel, strides, dil, begin, out, mult, taps):
+    """-> (step, buffer elements per image and channel) of the window-sum layout (one output channel
+    per input channel): the channels-last padded input seen as windows (n, *out, *kernel, C), summed
+    against the weights (*kernel, C) by one einsum, whose inner loop runs along C; Y is written back
+    from the channels-last result."""
+    r = len(kernel)
+    need, padded = _channels_last_input(in_sizes, kernel, strides, dil, begin, out)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    o_ax, k_ax = letters[:r], letters[r:2 * r]
+    subscripts = f"N{o_ax}{k_ax}C,{k_ax}C->N{o_ax}C"
+    back = (0, r + 1, *range(1, r + 1))
+
+    def step(x, wk, b, y, buffers):
+        n, c = x.shape[:2]
+        xp = padded(x, buffers)
+        st = xp.strides
+        view = np.lib.stride_tricks.as_strided(
+            xp, (n, *out, *kernel, c),
+            (st[0], *(st[1 + a] * strides[a] for a in range(r)), *(st[1 + a] * dil[a] for a in range(r)), st[-1]),
+            writeable=False)
+        wl = _buffer(buffers, "w", (*kernel, c), x.dtype)
+        np.copyto(wl, wk[:, 0, :].T.reshape(*kernel, c))
+        acc = _buffer(buffers, "acc", (n, *out, c), x.dtype)
+        np.einsum(subscripts, view, wl, out=acc)
+        if b is not None:
+            acc += b[:, 0]
+        np.copyto(y[:, :, 0], acc.transpose(back))
+    return step, math.prod(need) + math.prod(out)
+
+
+def _dw_channels_last(in_sizes, kernel, strides, dil, begin, out, mult, taps):
+    """-> (step, buffer elements per image and channel) of the channels-last layout."""
+    r = len(kernel)
+    need, padded = _channels_last_input(in_sizes, kernel, strides, dil, begin, out)
     views = [(slice(None),) + tuple(slice(t * d, t * d + (o - 1) * s + 1, s)
                                     for t, d, o, s in zip(tap, dil, out, strides)) for tap in taps]
-    to_last = (0, *range(2, 2 + r), 1)
     back = (0, *range(3, 3 + r), 2, 1)       # Y block (n, c, mult, *out) seen as (n, *out, mult, c)
 
     # With one output channel per input channel and stride 1 along the last axis, a tap's window rows
@@ -346,9 +402,7 @@ def _dw_channels_last(in_sizes, kernel, strides, dil, begin, out, mult, taps):
 
     def step(x, wk, b, y, buffers):
         n, c = x.shape[:2]
-        xp = _buffer(buffers, "xp", (n, *need, c), x.dtype, zeros=True)
-        if not empty:
-            np.copyto(xp[dst], x[src].transpose(to_last))
+        xp = padded(x, buffers)
         wt = _buffer(buffers, "w", (len(taps), tile, mult, c), x.dtype)
         np.copyto(wt[:, 0], wk.transpose(2, 1, 0))          # transposed once, then tiled contiguously
         np.copyto(wt[:, 1:], wt[:, :1])
