@@ -4,7 +4,8 @@ Three formulations, picked per call from the shapes (cheap: a few integer compar
 - pointwise (1x1 kernel, stride 1, no padding): one matmul of W (M, C) with X viewed as (N, C, H*W);
 - depthwise (one input channel per group): a multiply-add per kernel tap into reused buffers, over
   flat padded planes (large images: each tap one contiguous run) or channels-last (small images:
-  the weights along the contiguous axis), in blocks spread over threads (see _depthwise);
+  the weights along the contiguous axis; or one einsum over the windows), in blocks spread over
+  threads (see _depthwise);
 - shifted windows (stride 1, fewer output than input channels, not a tiny image): the padded input
   is flattened row-major once, and each kernel tap is one matmul of the tap's weights with a
   contiguous run of that flat image starting at the tap's offset; the padded columns are cropped at
@@ -180,7 +181,9 @@ def _depthwise(x, w, b, group, kernel, strides, dil, begin, out):
       that every tap reads one contiguous run at its own offset and Y accumulates in place (_dw_flat);
     - channels-last (small images, many channels): the input transposed once to (N, *spatial, C), so
       that the per-tap weights lie along the contiguous axis; the last tap's add writes Y transposed
-      back (_dw_channels_last).
+      back (_dw_channels_last); with one output channel per input channel and strides or a small
+      output, one einsum over the windows of that layout instead (_dw_einsum, see
+      _DW_EINSUM_MAX_OUTPUTS).
     Measured here (3x3, pad 1, float32, batch 1, one thread, median of 40; before: strided windows of
     the padded input, y += window * w per tap): 32x112x112 1.32 -> 0.87 ms, 64x112x112 /2 1.77 -> 0.92,
     128x56x56 2.12 -> 1.00, 128x56x56 /2 0.95 -> 0.77 (channels-last from here on), 256x28x28 1.31 ->
