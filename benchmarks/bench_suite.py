@@ -23,7 +23,9 @@ the largest extra resident memory the runtime needed for its setup (weights, pla
 plus running the model, on top of what the process held before it. Where clear_refs cannot be written,
 VmHWM is not reset and the figure is flagged "(no reset)".
 
-Latency = median seconds per run after warm-up (bench_core.measure). onnxruntime runs with
+Latency = median seconds per run after warm-up (bench_core.measure); a full run measures onnx_mini and
+onnxruntime in 3 rounds, taking turns (--rounds), and reports the median round, so that a slow spell
+of this shared VM (single runs move 2x) does not fall on one runtime only. onnxruntime runs with
 intra_op_num_threads=2 (this machine's core count, also its default); onnx_mini with its defaults.
 Outputs of onnx_mini and onnx.reference are compared with onnxruntime's (max |diff| <= 1e-3 of the
 output's max |value|) and any difference is flagged. onnx.reference is skipped where one run would take
@@ -38,6 +40,7 @@ import gc
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -414,6 +417,10 @@ def chart(payload: dict, path: Path) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer repetitions (~5 min instead of ~15)")
+    p.add_argument("--rounds", type=int, metavar="N",
+                   help="measure onnx_mini and onnxruntime N times per case, taking turns, and report the "
+                        "median round (default: 3, 1 with --quick): a slow spell of this machine then "
+                        "falls on both runtimes instead of on one")
     p.add_argument("--only", action="append", default=[], metavar="NAME",
                    help="run only the cases whose name contains NAME (repeatable; e.g. light names, bert, resnet50_b)")
     p.add_argument("--no-memory", action="store_true",
@@ -431,6 +438,10 @@ def main(argv=None) -> int:
     p.add_argument("--model", help=argparse.SUPPRESS)
     p.add_argument("--feeds", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else 3
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
     sys.path.insert(0, str(HERE))
     if args.child:
         return child_main(args)
@@ -467,32 +478,43 @@ def main(argv=None) -> int:
             row = {"name": case.name, "group": case.group, "label": case.label, "batch": case.batch,
                    "latency": {}, "peak": {}, "setup": {}}
             outs = {}
-            for rt in RUNTIMES:
-                if rt == "onnx.reference" and case.skip_ref:
-                    notes.append(f"{case.name}: onnx.reference skipped ({case.skip_ref})")
-                    continue
-                t0 = time.perf_counter()
-                res, out = (run_child(case, rt, args.quick, tmp, paths) if memory
-                            else run_inprocess(case, rt, args.quick, model_feeds))
-                wall = time.perf_counter() - t0
-                if res.get("error"):
-                    notes.append(f"{case.name}: {rt} n/a - {res['error']}")
-                row["latency"][rt] = res.get("latency_s")
-                row["peak"][rt] = res.get("peak_bytes")
-                row["setup"][rt] = res.get("setup_s")
-                if memory and res.get("hwm_reset") is False:
-                    notes.append(f"{case.name}: {rt}: VmHWM could not be reset (no reset): peak includes model load")
-                if rt == "onnx.reference" and res.get("ref_slow") and res.get("latency_s"):
-                    notes.append(f"{case.name}: onnx.reference slow (first run {res['first_run_s']:.1f} s): "
-                                 + ("that run is its time" if res.get("timed_runs") == 0 else "one timed run"))
-                if rt != "onnx.reference" and res.get("timed_runs"):
-                    notes.append(f"{case.name}: {rt} slow (first run {res['first_run_s']:.1f} s): "
-                                 f"{res['timed_runs']} timed run(s), no further warm-up")
-                outs[rt] = out
-                print(f"  {rt:15s} latency {core.fmt_time(res.get('latency_s')):>10s}  "
-                      + (f"peak {core.fmt_bytes(res.get('peak_bytes')):>9s}  " if memory else "")
-                      + f"setup {core.fmt_time(res.get('setup_s')):>9s}  ({wall:.1f} s)"
-                      + (f"  {res['error']}" if res.get("error") else ""), flush=True)
+            rounds = {}     # runtime -> latency of each round
+            for rnd in range(args.rounds):
+                for rt in RUNTIMES:
+                    if rt == "onnx.reference" and (case.skip_ref or rnd > 0):
+                        if case.skip_ref and rnd == 0:
+                            notes.append(f"{case.name}: onnx.reference skipped ({case.skip_ref})")
+                        continue
+                    t0 = time.perf_counter()
+                    res, out = (run_child(case, rt, args.quick, tmp, paths) if memory
+                                else run_inprocess(case, rt, args.quick, model_feeds))
+                    wall = time.perf_counter() - t0
+                    if res.get("error"):
+                        notes.append(f"{case.name}: {rt} n/a - {res['error']}")
+                    rounds.setdefault(rt, []).append(res.get("latency_s"))
+                    peak = res.get("peak_bytes")
+                    if rnd == 0 or (peak is not None and (row["peak"].get(rt) or 0) < peak):
+                        row["peak"][rt] = peak              # the largest of the rounds
+                    if rnd == 0:
+                        row["setup"][rt] = res.get("setup_s")
+                        outs[rt] = out
+                    if memory and res.get("hwm_reset") is False:
+                        notes.append(f"{case.name}: {rt}: VmHWM could not be reset (no reset): peak includes model load")
+                    if rt == "onnx.reference" and res.get("ref_slow") and res.get("latency_s"):
+                        notes.append(f"{case.name}: onnx.reference slow (first run {res['first_run_s']:.1f} s): "
+                                     + ("that run is its time" if res.get("timed_runs") == 0 else "one timed run"))
+                    if rt != "onnx.reference" and res.get("timed_runs") and rnd == 0:
+                        notes.append(f"{case.name}: {rt} slow (first run {res['first_run_s']:.1f} s): "
+                                     f"{res['timed_runs']} timed run(s) per round, no further warm-up")
+                    print(f"  {rt:15s} latency {core.fmt_time(res.get('latency_s')):>10s}  "
+                          + (f"peak {core.fmt_bytes(res.get('peak_bytes')):>9s}  " if memory else "")
+                          + f"setup {core.fmt_time(res.get('setup_s')):>9s}  ({wall:.1f} s)"
+                          + (f"  round {rnd + 1}" if args.rounds > 1 else "")
+                          + (f"  {res['error']}" if res.get("error") else ""), flush=True)
+            for rt, lat in rounds.items():     # the median of the rounds (a failed round: no figure)
+                row["latency"][rt] = None if None in lat else statistics.median(lat)
+                if len(lat) > 1:
+                    row.setdefault("latency_rounds", {})[rt] = lat
             base = outs.get("onnxruntime")
             for rt in ("onnx_mini", "onnx.reference"):
                 if outs.get(rt) is None:
