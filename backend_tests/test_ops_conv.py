@@ -132,6 +132,24 @@ def test_conv_against_direct_loop(version, xs, ws, bias, attrs):
 
 
 
+@pytest.mark.parametrize("c,m,side,formulation", [(4, 4, 24, "_im2col"), (4, 4, 24, "_shifted"), (4, 5, 24, "_im2col"),
+                                                   (5, 4, 24, "_shifted")])
+def test_conv_same_channels_go_shifted_when_the_columns_are_large(c, m, side, formulation, monkeypatch):
+    """As many outputs as inputs: shifted windows once im2col's columns would pass
+    _SHIFT_SAME_MIN_COLUMN_BYTES (lowered here to 4 x 9 x 24 x 24 float32 for the second case)."""
+    from onnx_mini.ops.nn import conv
+    if formulation == "_shifted" and c == m:
+        monkeypatch.setattr(conv, "_SHIFT_SAME_MIN_COLUMN_BYTES", c * 9 * side * side * 4)
+    calls = []
+    for name in ("_shifted", "_im2col"):
+        original = getattr(conv, name)
+        monkeypatch.setattr(conv, name, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
+    x, w = ints((1, c, side, side)), ints((m, c, 3, 3))
+    attrs = dict(pads=[1, 1, 1, 1])
+    assert_same(run_node("Conv", 22, [x, w], **attrs_of(**attrs)), conv_expected(x, w, **attrs).astype(np.float32))
+    assert calls == [formulation]
+
+
 @pytest.mark.parametrize("case", [c for c in CONV_CASES if "shifted" in c[0] or "im2col" in c[0]], ids=lambda c: c[0])
 def test_conv_cases_take_the_formulation_they_name(case, monkeypatch):
     """The '-shifted' and '-im2col' cases above reach the formulation in their name (so a change of

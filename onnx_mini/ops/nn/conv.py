@@ -6,10 +6,10 @@ Three formulations, picked per call from the shapes (cheap: a few integer compar
   flat padded planes (large images: each tap one contiguous run) or channels-last (small images:
   the weights along the contiguous axis; or one einsum over the windows), in blocks spread over
   threads (see _depthwise);
-- shifted windows (stride 1, fewer output than input channels, not a tiny image): the padded input
-  is flattened row-major once, and each kernel tap is one matmul of the tap's weights with a
-  contiguous run of that flat image starting at the tap's offset; the padded columns are cropped at
-  the end (no per-tap copies);
+- shifted windows (stride 1, fewer output than input channels and not a tiny image, or as many and
+  large im2col columns): the padded input is flattened row-major once, and each kernel tap is one
+  matmul of the tap's weights with a contiguous run of that flat image starting at the tap's
+  offset; the padded columns are cropped at the end (no per-tap copies);
 - im2col otherwise: a strided window view copied once into (C*k, out pixels), then one matmul.
 float16/bfloat16 compute in float32 and round back once.
 """
@@ -30,9 +30,12 @@ from ._common import (check_auto_pad, check_bias, check_groups, conv_kernel, geo
 # than the input (less to sum than to copy) and the image is not tiny. Measured here (3x3, pad 1,
 # batch 1, im2col vs shifted, interleaved; OpenBLAS on 2 threads / 1 thread): 56x56 128->64 6.2 vs
 # 5.5 ms, 28x28 128->32 2.0 vs 1.2, 112x112 64->32 9.2 vs 8.4; but 56x56 16->64 1.07 vs 2.66,
-# 64x64 16->32 1.14 vs 1.73, 7x7 512->128 0.83 vs 0.97; with as many outputs as inputs it is a
-# draw at best (56x56x64 3.6 vs 3.9 ms, 7x7x512 3.2 vs 5.7).
+# 64x64 16->32 1.14 vs 1.73, 7x7 512->128 0.83 vs 0.97. With as many outputs as inputs they win
+# once im2col's columns leave the caches for memory (VGG's 224x224x64 42 vs 34 ms, columns of 110 MB;
+# 112x112x128 29 vs 25, 112x112x64 8.1 vs 6.9, 112x112x32 2.7 vs 2.3 at 14 MB) and lose or draw below
+# (56x56x64 3.6 vs 3.9 ms at 7 MB, 7x7x512 3.2 vs 5.7).
 _SHIFT_MIN_PIXELS = 700
+_SHIFT_SAME_MIN_COLUMN_BYTES = 12 << 20
 # Depthwise (see _depthwise): channels-last up to this many output pixels, flat above; blocks of at
 # most this many bytes of scratch buffers, which bounds the scratch memory of large batches (blocks
 # sized for the caches measured no faster: the nine MobileNet layers at batch 8 took 61 ms in blocks
@@ -91,7 +94,9 @@ def _conv(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides, epil
     elif cg == 1 and group > 1:
         y = _depthwise(x, w, b, group, kernel, strides_, dil, begin, out)
         bias = None                                             # added by _depthwise
-    elif all(s == 1 for s in strides_) and math.prod(out) >= _SHIFT_MIN_PIXELS and group == 1 and m < c:
+    elif all(s == 1 for s in strides_) and group == 1 and (
+            (m < c and math.prod(out) >= _SHIFT_MIN_PIXELS)
+            or (m == c and c * math.prod(kernel) * math.prod(out) * x.itemsize >= _SHIFT_SAME_MIN_COLUMN_BYTES)):
         return _per_image(_shifted, x, m, out, finish, w, kernel, dil, begin, end, out).astype(dtype, copy=False)
     else:
         return _per_image(_im2col, x, m, out, finish, w, group, kernel, strides_, dil, begin, end,
