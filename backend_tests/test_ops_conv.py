@@ -132,6 +132,70 @@ def test_conv_against_direct_loop(version, xs, ws, bias, attrs):
 
 
 
+@pytest.fixture
+def winograd_everywhere(monkeypatch):
+    """Winograd F(2x2, 3x3) takes wide layers only (winograd.MIN_CHANNELS, MIN_PIXELS): let it take
+    the small ones here, and count its calls."""
+    from onnx_mini.ops.nn import winograd
+    monkeypatch.setattr(winograd, "MIN_CHANNELS", 1)
+    monkeypatch.setattr(winograd, "MIN_PIXELS", 1)
+    calls = []
+    original = winograd.conv
+    monkeypatch.setattr(winograd, "conv", lambda *a: calls.append(a[0].shape) or original(*a))
+    return calls
+
+
+@pytest.mark.parametrize("xs,ms,bias,attrs", [
+    ((1, 3, 6, 6), 4, True, dict(pads=[1, 1, 1, 1])),                   # even output
+    ((1, 2, 7, 5), 3, False, dict(pads=[1, 1, 1, 1])),                  # odd: the last tiles cropped
+    ((2, 3, 8, 9), 2, True, dict(pads=[0, 0, 0, 0])),                   # batch of 2, no padding
+    ((1, 2, 6, 7), 2, True, dict(pads=[2, 0, 1, 2])),                   # asymmetric padding
+    ((1, 2, 5, 6), 3, False, dict(auto_pad="SAME_LOWER")),
+    ((1, 1, 3, 3), 1, True, dict(pads=[0, 0, 0, 0])),                   # a single output pixel
+])
+@pytest.mark.parametrize("read_only", [True, False])
+def test_conv_winograd_against_direct_loop(winograd_everywhere, xs, ms, bias, attrs, read_only):
+    """Small integers: every transform is exact (factors 1 and 1/2), so the result must be too."""
+    x, w = ints(xs), ints((ms, xs[1], 3, 3))
+    w.flags.writeable = not read_only
+    b = ints((ms,)) if bias else None
+    expected = conv_expected(x, w, b, **attrs).astype(np.float32)
+    for _ in range(2):              # the second call of a read-only W takes the cached transform
+        assert_same(run_node("Conv", 22, [x, w] + ([b] if bias else []), **attrs_of(**attrs)), expected)
+    assert len(winograd_everywhere) == 2 * xs[0]
+
+
+def test_conv_winograd_float64_and_fused_epilogue(winograd_everywhere):
+    from onnx_mini.ops.nn import conv
+    x, w, b = RNG.standard_normal((2, 5, 9, 8)), RNG.standard_normal((6, 5, 3, 3)), RNG.standard_normal(6)
+    z = RNG.standard_normal((2, 6, 9, 8))
+    want = np.maximum(conv_expected(x, w, b, pads=[1, 1, 1, 1]) + z, 0)
+
+    def epilogue(y, i0, i1):       # what optimize/kernels.py's fused Conv passes: residual, then Relu
+        y += z[i0:i1]
+        np.maximum(y, 0, out=y)
+    got = conv._conv(x, w, b, "NOTSET", None, 1, None, [1, 1, 1, 1], None, epilogue)
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    assert len(winograd_everywhere) == 2
+
+
+def test_conv_winograd_transforms_are_cached_per_constant():
+    import gc
+    from onnx_mini.ops.nn import winograd
+    w = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    assert winograd.weights(w) is not winograd.weights(w)        # writeable: computed anew each time
+    w.flags.writeable = False
+    u = winograd.weights(w)
+    assert winograd.weights(w) is u and u.shape == (16, 4, 3) and u.dtype == np.float32
+    g = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+    np.testing.assert_allclose(u[5], np.einsum("a,mcab,b->mc", g[1], w, g[1]), rtol=1e-6)   # position (1, 1)
+    key = id(w)
+    del w
+    gc.collect()
+    assert key not in winograd._cache
+
+
 @pytest.mark.parametrize("c,m,side,formulation", [(4, 4, 24, "_im2col"), (4, 4, 24, "_shifted"), (4, 5, 24, "_im2col"),
                                                    (5, 4, 24, "_shifted")])
 def test_conv_same_channels_go_shifted_when_the_columns_are_large(c, m, side, formulation, monkeypatch):
