@@ -22,9 +22,9 @@ import math
 import numpy as np
 
 from ... import blas, parallel
-from . import winograd
 from ...registry import kernel
 from .._common import UPCAST
+from . import winograd
 from ._common import (check_auto_pad, check_bias, check_groups, conv_kernel, geometry, pad_spatial, per_image,
                       windows)
 
