@@ -58,6 +58,7 @@ def test_a_freed_buffer_is_handed_out_again(recycling):
     c = memory.empty((8, 64), np.float32)              # same size, another shape: a's buffer
     assert c.ctypes.data == where and not np.shares_memory(b, c)
     assert memory.empty((4,), np.float32).base is None          # small: plain np.empty
+    assert memory.empty((1024,), object).base is None           # references: never from raw bytes
 
 
 def test_a_live_view_keeps_its_buffer(recycling):

@@ -180,6 +180,21 @@ def test_conv_winograd_float64_and_fused_epilogue(winograd_everywhere):
     assert len(winograd_everywhere) == 2
 
 
+@pytest.mark.parametrize("where", ["input", "weights"])
+def test_conv_winograd_leaves_infinities_to_the_direct_forms(winograd_everywhere, where):
+    """An infinity would come out of the transforms as inf - inf = NaN: such values go to im2col /
+    shifted windows, which give the convolution's +-inf."""
+    x, w = ints((1, 2, 6, 6), lo=1, hi=2), ints((3, 2, 3, 3), lo=1, hi=2)
+    if where == "input":
+        x[0, 1, 2, 3] = np.inf
+    else:
+        w[1, 0, 1, 1] = -np.inf
+    want = conv_expected(x, w, pads=[1, 1, 1, 1]).astype(np.float32)
+    assert np.isinf(want).any()
+    assert_same(run_node("Conv", 22, [x, w], pads=[1, 1, 1, 1]), want)
+    assert winograd_everywhere == []
+
+
 def test_conv_winograd_transforms_are_cached_per_constant():
     import gc
     from onnx_mini.ops.nn import winograd

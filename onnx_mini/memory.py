@@ -62,7 +62,7 @@ def empty(shape, dtype):
     nbytes = dtype.itemsize
     for d in shape:
         nbytes *= d
-    if nbytes < RECYCLE_MIN_BYTES or not RECYCLE:
+    if nbytes < RECYCLE_MIN_BYTES or not RECYCLE or dtype.hasobject:    # objects: not from raw bytes
         return np.empty(shape, dtype)
     with _free_lock:
         for k in range(len(_buffers)):

@@ -99,8 +99,9 @@ def _conv(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides, epil
     elif cg == 1 and group > 1:
         y = _depthwise(x, w, b, group, kernel, strides_, dil, begin, out)
         bias = None                                             # added by _depthwise
-    elif winograd.fits(x, m, kernel, strides_, dil, group, out):
-        return _per_image(winograd.conv, x, m, out, finish, winograd.weights(w), begin, out).astype(dtype, copy=False)
+    elif (winograd.fits(x, m, kernel, strides_, dil, group, out) and winograd.finite(x)
+          and (u := winograd.weights(w)) is not None):
+        return _per_image(winograd.conv, x, m, out, finish, u, begin, out).astype(dtype, copy=False)
     elif all(s == 1 for s in strides_) and group == 1 and (
             (m < c and math.prod(out) >= _SHIFT_MIN_PIXELS)
             or (m == c and c * math.prod(kernel) * math.prod(out) * x.itemsize >= _SHIFT_SAME_MIN_COLUMN_BYTES)):

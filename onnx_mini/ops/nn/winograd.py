@@ -37,21 +37,33 @@ _lock = threading.Lock()
 
 
 def fits(x: np.ndarray, m: int, kernel, strides, dil, group: int, out) -> bool:
-    """Whether Conv of x (N, C, H, W) with M outputs goes through Winograd here."""
+    """Whether Conv of x (N, C, H, W) with M outputs suits Winograd here (by shape and type; finite()
+    and weights() then say whether the values do)."""
     return (len(kernel) == 2 and kernel[0] == 3 and kernel[1] == 3 and group == 1
             and all(s == 1 for s in strides) and all(d == 1 for d in dil)
             and x.shape[1] >= MIN_CHANNELS and m >= MIN_CHANNELS and math.prod(out) >= MIN_PIXELS
             and x.dtype in (np.float32, np.float64))
 
 
-def weights(w: np.ndarray) -> np.ndarray:
-    """G g G' for W (M, C, 3, 3) -> (16, M, C) in W's type, cached while a read-only W lives."""
+def finite(x: np.ndarray) -> bool:
+    """Whether x holds only finite values (its sum is finite; an overflowing sum says no, which only
+    costs the faster path). The transforms mix each input value into several positions with both
+    signs, so an infinity would come out as inf - inf = NaN where the convolution gives +-inf."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bool(np.isfinite(x.sum()))
+
+
+def weights(w: np.ndarray) -> np.ndarray | None:
+    """G g G' for W (M, C, 3, 3) -> (16, M, C) in W's type, cached while a read-only W lives; None
+    when W is not all finite (see finite())."""
     key = id(w)
     hit = _cache.get(key)
     if hit is not None and hit[0]() is w:
         return hit[1]
-    u = np.einsum("ka,mcab,lb->klmc", _G, w.astype(np.float64), _G, optimize=True)
-    u = np.ascontiguousarray(u.reshape(16, *w.shape[:2]), dtype=w.dtype)
+    u = None
+    if finite(w):
+        u = np.einsum("ka,mcab,lb->klmc", _G, w.astype(np.float64), _G, optimize=True)
+        u = np.ascontiguousarray(u.reshape(16, *w.shape[:2]), dtype=w.dtype)
     if not w.flags.writeable:       # a constant: nobody can change it behind the cache's back
         with _lock:
             if len(_cache) >= _CACHE_SIZE:
