@@ -165,6 +165,16 @@ def test_conv_winograd_against_direct_loop(winograd_everywhere, xs, ms, bias, at
     assert len(winograd_everywhere) == 2 * xs[0]
 
 
+def test_conv_winograd_float16_computes_in_float32_from_the_cached_constant(winograd_everywhere):
+    from onnx_mini.ops.nn import winograd
+    x, w = ints((1, 3, 6, 5), dtype=np.float16), ints((2, 3, 3, 3), dtype=np.float16)
+    w.flags.writeable = False
+    want = conv_expected(x.astype(np.float32), w.astype(np.float32), pads=[1, 1, 1, 1]).astype(np.float16)
+    for _ in range(2):
+        assert_same(run_node("Conv", 22, [x, w], pads=[1, 1, 1, 1]), want)
+    assert len(winograd_everywhere) == 2
+
+
 def test_conv_winograd_float64_and_fused_epilogue(winograd_everywhere):
     from onnx_mini.ops.nn import conv
     x, w, b = RNG.standard_normal((2, 5, 9, 8)), RNG.standard_normal((6, 5, 3, 3)), RNG.standard_normal(6)
@@ -199,16 +209,20 @@ def test_conv_winograd_transforms_are_cached_per_constant():
     import gc
     from onnx_mini.ops.nn import winograd
     w = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
-    assert winograd.weights(w) is not winograd.weights(w)        # writeable: computed anew each time
+    f32 = np.dtype(np.float32)
+    assert winograd.weights(w, f32) is not winograd.weights(w, f32)      # writeable: computed anew each time
     w.flags.writeable = False
-    u = winograd.weights(w)
-    assert winograd.weights(w) is u and u.shape == (16, 4, 3) and u.dtype == np.float32
+    u = winograd.weights(w, f32)
+    assert winograd.weights(w, f32) is u and u.shape == (16, 4, 3) and u.dtype == np.float32
     g = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
     np.testing.assert_allclose(u[5], np.einsum("a,mcab,b->mc", g[1], w, g[1]), rtol=1e-6)   # position (1, 1)
-    key = id(w)
-    del w
+    h = w.astype(np.float16)            # a float16 constant: transformed once, into float32
+    h.flags.writeable = False
+    assert winograd.weights(h, f32) is winograd.weights(h, f32) and winograd.weights(h, f32).dtype == np.float32
+    keys = [(id(w), f32), (id(h), f32)]
+    del w, h
     gc.collect()
-    assert key not in winograd._cache
+    assert not any(k in winograd._cache for k in keys)
 
 
 @pytest.mark.parametrize("c,m,side,formulation", [(4, 4, 24, "_im2col"), (4, 4, 24, "_shifted"), (4, 5, 24, "_im2col"),

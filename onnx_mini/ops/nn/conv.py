@@ -82,6 +82,7 @@ def _conv(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides, epil
     begin, end, out = geometry(x.shape[2:], kernel, strides_, dil, pads, auto_pad)
 
     dtype = x.dtype
+    given_w = w                          # Winograd caches its transform of the (constant) W given
     if dtype in UPCAST:
         x, w = x.astype(np.float32), w.astype(np.float32)
         b = None if b is None else b.astype(np.float32)
@@ -100,7 +101,7 @@ def _conv(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides, epil
         y = _depthwise(x, w, b, group, kernel, strides_, dil, begin, out)
         bias = None                                             # added by _depthwise
     elif (winograd.fits(x, m, kernel, strides_, dil, group, out) and winograd.finite(x)
-          and (u := winograd.weights(w)) is not None):
+          and (u := winograd.weights(given_w, x.dtype)) is not None):
         return _per_image(winograd.conv, x, m, out, finish, u, begin, out).astype(dtype, copy=False)
     elif all(s == 1 for s in strides_) and group == 1 and (
             (m < c and math.prod(out) >= _SHIFT_MIN_PIXELS)

@@ -53,17 +53,18 @@ def finite(x: np.ndarray) -> bool:
         return bool(np.isfinite(x.sum()))
 
 
-def weights(w: np.ndarray) -> np.ndarray | None:
-    """G g G' for W (M, C, 3, 3) -> (16, M, C) in W's type, cached while a read-only W lives; None
-    when W is not all finite (see finite())."""
-    key = id(w)
+def weights(w: np.ndarray, dtype) -> np.ndarray | None:
+    """G g G' for W (M, C, 3, 3) -> (16, M, C) in `dtype` (the compute type: float32 for a float16
+    W), cached while a read-only W lives; None when W is not all finite (see finite())."""
+    key = (id(w), np.dtype(dtype))
     hit = _cache.get(key)
     if hit is not None and hit[0]() is w:
         return hit[1]
     u = None
-    if finite(w):
-        u = np.einsum("ka,mcab,lb->klmc", _G, w.astype(np.float64), _G, optimize=True)
-        u = np.ascontiguousarray(u.reshape(16, *w.shape[:2]), dtype=w.dtype)
+    w64 = w.astype(np.float64)
+    if finite(w64):
+        u = np.einsum("ka,mcab,lb->klmc", _G, w64, _G, optimize=True)
+        u = np.ascontiguousarray(u.reshape(16, *w.shape[:2]), dtype=dtype)
     if not w.flags.writeable:       # a constant: nobody can change it behind the cache's back
         with _lock:
             if len(_cache) >= _CACHE_SIZE:
