@@ -85,6 +85,15 @@ def attrs_of(group=1, strides=None, dilations=None, pads=None, auto_pad="NOTSET"
     return a
 
 
+def spy_on(monkeypatch, module, *names):
+    """Wrap module's functions `names` so that each call appends its name to the returned list."""
+    calls = []
+    for name in names:
+        original = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
+    return calls
+
+
 # -- Conv ----------------------------------------------------------------------------------------
 
 @pytest.fixture(autouse=True)
@@ -233,10 +242,7 @@ def test_conv_same_channels_go_shifted_when_the_columns_are_large(c, m, side, fo
     from onnx_mini.ops.nn import conv
     if formulation == "_shifted" and c == m:
         monkeypatch.setattr(conv, "_SHIFT_SAME_MIN_COLUMN_BYTES", c * 9 * side * side * 4)
-    calls = []
-    for name in ("_shifted", "_im2col"):
-        original = getattr(conv, name)
-        monkeypatch.setattr(conv, name, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
+    calls = spy_on(monkeypatch, conv, "_shifted", "_im2col")
     x, w = ints((1, c, side, side)), ints((m, c, 3, 3))
     attrs = dict(pads=[1, 1, 1, 1])
     assert_same(run_node("Conv", 22, [x, w], **attrs_of(**attrs)), conv_expected(x, w, **attrs).astype(np.float32))
@@ -248,10 +254,7 @@ def test_conv_cases_take_the_formulation_they_name(case, monkeypatch):
     """The '-shifted' and '-im2col' cases above reach the formulation in their name (so a change of
     the selection rule cannot leave a formulation untested)."""
     from onnx_mini.ops.nn import conv
-    calls = []
-    for name in ("_shifted", "_im2col"):
-        original = getattr(conv, name)
-        monkeypatch.setattr(conv, name, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
+    calls = spy_on(monkeypatch, conv, "_shifted", "_im2col")
     _, xs, ws, bias, attrs = case
     run_node("Conv", 22, [ints(xs), ints(ws)] + ([ints((ws[0],))] if bias else []), **attrs_of(**attrs))
     assert calls and set(calls) == {"_shifted" if "shifted" in case[0] else "_im2col"}
@@ -305,10 +308,7 @@ def test_conv_depthwise_layouts(monkeypatch, layout, xs, ws, bias, attrs):
                                                 ((1, 4, 40, 40), [1, 1], "_dw_flat")])
 def test_conv_depthwise_picks_its_layout_by_shape(monkeypatch, xs, strides, layout):
     from onnx_mini.ops.nn import conv
-    calls = []
-    for name in ("_dw_einsum", "_dw_channels_last", "_dw_flat"):
-        original = getattr(conv, name)
-        monkeypatch.setattr(conv, name, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
+    calls = spy_on(monkeypatch, conv, "_dw_einsum", "_dw_channels_last", "_dw_flat")
     c = xs[1]
     x, w = ints(xs), ints((c, 1, 3, 3))
     attrs = dict(group=c, strides=strides, pads=[1, 1, 1, 1])

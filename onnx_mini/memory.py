@@ -19,6 +19,8 @@ import os
 import sys
 import threading
 
+import numpy as np
+
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 MMAP_THRESHOLD = 32 << 20        # glibc's largest accepted value on 64-bit
 TRIM_THRESHOLD = 256 << 20
@@ -57,7 +59,6 @@ _buffers: list = []                          # 1-D uint8 arrays, most recently h
 
 def empty(shape, dtype):
     """np.empty(shape, dtype), in a recycled buffer when it is large (see above)."""
-    import numpy as np
     dtype = np.dtype(dtype)
     nbytes = dtype.itemsize
     for d in shape:
