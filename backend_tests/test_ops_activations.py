@@ -17,6 +17,7 @@ import pytest
 
 from onnx_mini import registry
 from onnx_mini.errors import InvalidNodeError, KernelError
+from onnx_mini.ops._common import with_scalar
 
 from helpers import assert_same, np_type, run_op as run, sample, type_matrix
 
@@ -294,6 +295,39 @@ def test_infinities():
         warnings.simplefilter("ignore", RuntimeWarning)
         for op, exp in expected.items():
             assert_same(run(op, versions(op)[-1], [x]), np.array(exp, np.float32))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("size", [1023, 1024, 65536, 65537, 3 * 65536 + 5])
+def test_max_and_min_against_a_constant_are_numpys_bit_for_bit(dtype, size):
+    # with_scalar lays the constant out as a run (numpy's fast loops); the result must be numpy's own,
+    # signed zeros and NaN included, whether new, in place, or on a strided view
+    rng = np.random.default_rng(size)
+    x = rng.standard_normal(size).astype(dtype)
+    x[rng.integers(0, size, 40)] = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 6.0, -1.5] * 5, dtype)
+    bits = np.int32 if dtype == np.float32 else np.int64
+    for ufunc, v in ((np.maximum, 0), (np.minimum, 6), (np.maximum, -1.5), (np.maximum, -0.0), (np.minimum, 0)):
+        want = ufunc(x, dtype(v)).view(bits)
+        assert np.array_equal(with_scalar(ufunc, x, v).view(bits), want)
+        y = x.copy()
+        assert with_scalar(ufunc, y, v, out=y) is y and np.array_equal(y.view(bits), want)
+        assert np.array_equal(with_scalar(ufunc, x[::2], v).view(bits), want[::2])
+        assert np.array_equal(with_scalar(ufunc, x[: size // 8 * 8].reshape(8, -1), v).view(bits),
+                              want[: size // 8 * 8].reshape(8, -1))
+
+
+@pytest.mark.parametrize("op, attrs, formula", [
+    ("Relu", {}, lambda x: np.where(x > 0, x, 0)),
+    ("Clip", {"min": -0.5, "max": 0.25}, lambda x: np.where(x < -0.5, -0.5, np.where(x > 0.25, 0.25, x))),
+    ("HardSigmoid", {}, lambda x: np.where(x * 0.2 + 0.5 < 0, 0, np.where(x * 0.2 + 0.5 > 1, 1, x * 0.2 + 0.5)))])
+def test_large_tensors_through_the_fast_constant_runs(op, attrs, formula):
+    x = np.random.default_rng(1).standard_normal((3, 70001)).astype(np.float32) * 4
+    x[0, :3] = [np.nan, -np.inf, np.inf]
+    version = 6 if op == "Clip" else versions(op)[-1]
+    with np.errstate(invalid="ignore"):
+        exp = formula(x).astype(np.float32)     # in float32 as the kernel: exact, no rounding apart
+    exp[0, 0] = np.nan
+    assert_same(run(op, version, [x], **attrs), exp)
 
 
 @pytest.mark.parametrize("op", list(FORMULAS) + ["PRelu", "SwiGLU"])

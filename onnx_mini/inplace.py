@@ -21,12 +21,14 @@ from typing import Callable
 
 import numpy as np
 
+from .ops._common import with_scalar
+
 # Below this many elements a new array costs no more than the checks (numpy reuses small blocks).
 MIN_SIZE = 16384
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _BINARY = {"Add": (np.add, (7, 13, 14)), "Sub": (np.subtract, (7, 13, 14)), "Mul": (np.multiply, (7, 13, 14)),
            "Div": (np.divide, (7, 13, 14))}
-_UNARY = {"Relu": (lambda x: np.maximum(x, 0, out=x), (6, 13, 14)), "Neg": (lambda x: np.negative(x, out=x), (6, 13)),
+_UNARY = {"Relu": (lambda x: with_scalar(np.maximum, x, 0, out=x), (6, 13, 14)), "Neg": (lambda x: np.negative(x, out=x), (6, 13)),
           "Tanh": (lambda x: np.tanh(x, out=x), (6, 13)), "Exp": (lambda x: np.exp(x, out=x), (6, 13)),
           "Abs": (lambda x: np.abs(x, out=x), (6, 13)), "Sqrt": (lambda x: np.sqrt(x, out=x), (6, 13))}
 

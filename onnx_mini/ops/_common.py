@@ -7,6 +7,7 @@
 - same element type of two inputs: same_type
 - low-precision floats computed in float32 and rounded back once: UPCAST, upcast, float32_compute
 - the "zero" of a type (0, False, ""): zero_of
+- Max/Min against a constant at numpy's full speed (Relu, Clip, ...): with_scalar
 - float results stored in any type without undefined casts: float_to
 - element-type attributes checked against the schema's type constraint: allowed_dtypes, dtype_attribute
 - the size limit on tensors whose shape comes from data (dtypes.set_limits): check_shape
@@ -127,6 +128,43 @@ def float32_compute(fn):
 def zero_of(dtype: np.dtype) -> np.ndarray:
     """The 0-d "zero" of a type: 0, False, or the empty string for string (object) tensors."""
     return np.array("", dtype=object) if dtype == object else np.zeros((), dtype=dtype)
+
+
+# numpy runs maximum/minimum through its SIMD loops only when both operands are contiguous runs: against
+# a scalar the same call is ~2.6x slower (106k float32: 41 vs 15.5 us; 1.2M: 455 vs 210 us; add or
+# multiply by a scalar have no such gap). So with_scalar gives the constant as a read-only run of it
+# (_RUN elements: runs of 4096 lose half the gain to per-row setup, 65536 is as fast as a whole
+# array) against x seen as rows of that length, plus the tail.
+_RUN = 1 << 16
+_RUN_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_runs: dict = {}
+
+
+def with_scalar(ufunc, x: np.ndarray, value, out: np.ndarray | None = None) -> np.ndarray:
+    """ufunc(x, value, out=out) for np.maximum / np.minimum and a scalar value of x's type, faster on
+    contiguous float32/float64 arrays; exactly numpy's result (NaN propagates) in every case."""
+    dt = x.dtype
+    if (dt not in _RUN_DTYPES or x.size < 1024 or not x.flags.c_contiguous
+            or (out is not None and (out.shape != x.shape or out.dtype != dt or not out.flags.c_contiguous))):
+        return as_array(ufunc(x, dt.type(value) if dt.kind in "iuf" else value, out=out))
+    v = dt.type(value)
+    key = (dt, v.tobytes())
+    run = _runs.get(key)
+    if run is None:
+        if len(_runs) >= 16:
+            _runs.clear()
+        run = _runs[key] = np.full(_RUN, v, dtype=dt)
+        run.flags.writeable = False
+    if out is None:
+        out = np.empty_like(x)
+    xf, of = x.reshape(-1), out.reshape(-1)
+    rows, tail = divmod(x.size, _RUN)
+    body = rows * _RUN
+    if rows:
+        ufunc(xf[:body].reshape(rows, _RUN), run, out=of[:body].reshape(rows, _RUN))
+    if tail:
+        ufunc(xf[body:], run[:tail], out=of[body:])
+    return out
 
 
 def float_to(x: np.ndarray, dtype: np.dtype) -> np.ndarray:

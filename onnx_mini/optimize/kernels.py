@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InvalidValueError
-from ..ops._common import UPCAST
+from ..ops._common import UPCAST, with_scalar
 from ..ops.math.activations import gelu_20, swish_24
 from ..ops.math.matmul import gemm_11, matmul_1
 from ..ops.nn.conv import _conv, conv_1
@@ -30,15 +30,15 @@ def _activation(name: str, params):
     """The function applying activation `name` in place on a float32/float64 (or, Relu/Clip, integer) array."""
     p = tuple(params)
     if name == "Relu":
-        return lambda y: np.maximum(y, 0, out=y)
+        return lambda y: with_scalar(np.maximum, y, 0, out=y)
     if name == "Clip":
         lo, hi = p
 
         def clip(y):
             if lo is not None:
-                np.maximum(y, y.dtype.type(lo), out=y)
+                with_scalar(np.maximum, y, lo, out=y)
             if hi is not None:
-                np.minimum(y, y.dtype.type(hi), out=y)
+                with_scalar(np.minimum, y, hi, out=y)
         return clip
     if name == "LeakyRelu":
         (alpha,) = p
@@ -54,8 +54,8 @@ def _activation(name: str, params):
         def hard(y):
             t = np.multiply(y, alpha) if name == "HardSwish" else np.multiply(y, alpha, out=y)
             t += beta
-            np.minimum(t, 1, out=t)
-            np.maximum(t, 0, out=t)
+            with_scalar(np.minimum, t, 1, out=t)
+            with_scalar(np.maximum, t, 0, out=t)
             if name == "HardSwish":
                 y *= t
         return hard

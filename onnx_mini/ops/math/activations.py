@@ -20,7 +20,7 @@ import numpy as np
 
 from ...errors import InvalidValueError
 from ...registry import kernel
-from .._common import as_array, broadcasts_to, float32_compute, same_type
+from .._common import as_array, broadcasts_to, float32_compute, same_type, with_scalar
 from .normal_cdf import gelu_float32
 from .unary import erfc
 
@@ -38,12 +38,12 @@ def _exp_linear(alpha: float, scale: float = 1.0, divisor: float | None = None):
     neg_scale = alpha * scale
 
     def run(x):
-        t = as_array(np.minimum(x, 0))
+        t = with_scalar(np.minimum, x, 0)
         if divisor is not None:
             np.divide(t, divisor, out=t)
         np.expm1(t, out=t)
         t *= neg_scale
-        p = as_array(np.maximum(x, 0))
+        p = with_scalar(np.maximum, x, 0)
         if scale != 1.0:
             p *= scale
         t += p
@@ -76,9 +76,9 @@ def _unidirectional(x: np.ndarray, slope: np.ndarray) -> None:
 
 
 def _prelu_math(x, slope):
-    t = as_array(np.minimum(x, 0))
+    t = with_scalar(np.minimum, x, 0)
     t *= slope
-    t += np.maximum(x, 0)
+    t += with_scalar(np.maximum, x, 0)
     return t
 
 
@@ -157,8 +157,8 @@ def _hard_sigmoid(alpha: float, beta: float, times_x: bool = False):
     def run(x):
         t = as_array(np.multiply(x, alpha))
         t += beta
-        np.minimum(t, 1, out=t)
-        np.maximum(t, 0, out=t)
+        with_scalar(np.minimum, t, 1, out=t)
+        with_scalar(np.maximum, t, 0, out=t)
         if times_x:
             t *= x
         return t
@@ -241,7 +241,7 @@ def prelu_7():
 
 
 def _relu(x):
-    return np.maximum(x, 0)
+    return with_scalar(np.maximum, x, 0)
 
 
 _relu_run = float32_compute(_relu)
@@ -279,7 +279,7 @@ def thresholded_relu_10(*, alpha=1.0):
 def _mish(x):
     """x * tanh(softplus(x)) = x * n(n+2) / (n(n+2) + 2), n = e^x (e^x clamped at e^20, where the
     ratio is 1 in float64 already)."""
-    n = as_array(np.minimum(x, 20))
+    n = with_scalar(np.minimum, x, 20)
     np.exp(n, out=n)
     p = n + 2
     p *= n
@@ -314,7 +314,7 @@ def _softplus(x):
     np.negative(t, out=t)
     np.exp(t, out=t)
     np.log1p(t, out=t)
-    t += np.maximum(x, 0)
+    t += with_scalar(np.maximum, x, 0)
     return t
 
 

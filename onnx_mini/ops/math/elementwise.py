@@ -11,7 +11,7 @@ import numpy as np
 
 from ...errors import InvalidValueError, OnnxMiniError
 from ...registry import kernel
-from .._common import UPCAST, as_array, check_shape, legacy_broadcast, same_type, upcast
+from .._common import UPCAST, as_array, check_shape, legacy_broadcast, same_type, upcast, with_scalar
 
 
 def _not_broadcastable(error: ValueError, a, b):
@@ -199,9 +199,9 @@ def pow_12():
 def _clip(x, lo, hi):
     """Min(hi, Max(x, lo)): NaN propagates, and lo > hi gives hi everywhere."""
     if lo is not None:
-        x = np.maximum(x, lo)
+        x = with_scalar(np.maximum, x, lo)
     if hi is not None:
-        x = np.minimum(x, hi)
+        x = with_scalar(np.minimum, x, hi)
     return as_array(x)
 
 
