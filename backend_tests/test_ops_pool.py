@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -234,6 +236,9 @@ CASES = [  # (input shape, attributes, version at least)
     ((1, 2, 8, 9), dict(kernel_shape=[3, 2], dilations=[2, 2], strides=[2, 3], pads=[2, 1, 0, 2]), "dil"),
     ((1, 2, 9, 8), dict(kernel_shape=[3, 3], dilations=[2, 2], strides=[2, 2], ceil_mode=1), "dil"),
     ((1, 1, 6, 7, 5), dict(kernel_shape=[2, 2, 2], dilations=[2, 1, 2], auto_pad="SAME_UPPER"), "dil"),
+    # a stride-1 axis reduced flat before a strided inner axis, then a strided last axis
+    ((2, 2, 5, 6, 7), dict(kernel_shape=[2, 3, 3], strides=[1, 2, 2], pads=[1, 0, 1, 0, 1, 1]), 1),
+    ((2, 3, 6, 5), dict(kernel_shape=[1, 3], strides=[2, 1], pads=[0, 1, 0, 1]), 1),
 ]
 FIRST = {MAX: {"dil": 10}, AVG: {"dil": 19}, LP: {"dil": 18, 10: 18}}
 
@@ -282,6 +287,22 @@ def test_maxpool_indices_column_major(shape, attrs, since):
             y, i = run_node(MAX, v, [x], n_outputs=2, storage_order=1, **attrs)
             np.testing.assert_array_equal(y, exp.astype(np.float32))
             assert_same(i, idx)
+
+
+@pytest.mark.parametrize("op", [MAX, AVG])
+@pytest.mark.parametrize("strides", [[1, 1], [2, 2], [1, 2]])
+def test_windows_never_mix_rows_images_or_infinities(op, strides):
+    # the rows are reduced flat: positions whose taps run into the next row, channel or image are
+    # computed and cropped; +-inf at the row ends must neither leak into real windows nor warn
+    x = data((2, 3, 6, 7), seed=4)
+    x[..., 0], x[..., -1] = -np.inf, np.inf
+    x[1, 2, -1, :] = np.inf
+    exp, _ = ref_pool(x.astype(np.float64), op, [3, 3], strides=strides, pads=[1, 0, 0, 1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = run_node(op, 19 if op == AVG else 12, [x], kernel_shape=[3, 3], strides=strides, pads=[1, 0, 0, 1])
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    np.testing.assert_allclose(got, exp, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("p", [1, 2, 3])
