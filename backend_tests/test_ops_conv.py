@@ -216,7 +216,7 @@ def test_conv_winograd_leaves_infinities_to_the_direct_forms(winograd_everywhere
 
 def test_conv_winograd_transforms_are_cached_per_constant():
     import gc
-    from onnx_mini.ops.nn import winograd
+    from onnx_mini.ops.nn import _common, winograd
     w = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
     f32 = np.dtype(np.float32)
     assert winograd.weights(w, f32) is not winograd.weights(w, f32)      # writeable: computed anew each time
@@ -228,10 +228,11 @@ def test_conv_winograd_transforms_are_cached_per_constant():
     h = w.astype(np.float16)            # a float16 constant: transformed once, into float32
     h.flags.writeable = False
     assert winograd.weights(h, f32) is winograd.weights(h, f32) and winograd.weights(h, f32).dtype == np.float32
-    keys = [(id(w), f32), (id(h), f32)]
+    keys = [(id(w), ("winograd", f32)), (id(h), ("winograd", f32))]
+    assert all(k in _common._transforms for k in keys)
     del w, h
     gc.collect()
-    assert not any(k in winograd._cache for k in keys)
+    assert not any(k in _common._transforms for k in keys)
 
 
 @pytest.mark.parametrize("c,m,side,formulation", [(4, 4, 24, "_im2col"), (4, 4, 24, "_shifted"), (4, 5, 24, "_im2col"),
@@ -276,10 +277,15 @@ DEPTHWISE_CASES = [  # (id, x shape, w shape, with bias, attributes): one input 
 
 
 def force_depthwise_layout(monkeypatch, layout):
-    """Depthwise Conv computes on flat padded planes (large images), or channels-last (small ones):
+    """Depthwise Conv computes with banded matrices (narrow 2-D outputs, one output channel per input
+    channel, finite values), on flat padded planes (large images), or channels-last (small ones):
     one einsum over the windows when there is one output channel per input channel (and strides or
-    a small output), else a multiply-add per tap. Force one of the three."""
-    from onnx_mini.ops.nn import conv
+    a small output), else a multiply-add per tap. Force one of the four (banded falls back to the
+    others where it does not apply)."""
+    from onnx_mini.ops.nn import banded, conv
+    monkeypatch.setattr(banded, "MAX_WIDTH", 10 ** 9 if layout == "banded" else -1)
+    if layout == "banded":
+        return
     monkeypatch.setattr(conv, "_DW_LAST_MAX_PIXELS", -1 if layout == "flat" else 10 ** 9)
     if layout == "einsum":
         monkeypatch.setattr(conv, "_DW_EINSUM_MAX_OUTPUTS", 10 ** 9)
@@ -287,7 +293,7 @@ def force_depthwise_layout(monkeypatch, layout):
         monkeypatch.setattr(conv, "_dw_einsum", conv._dw_channels_last)
 
 
-@pytest.mark.parametrize("layout", ["flat", "channels-last", "einsum"])
+@pytest.mark.parametrize("layout", ["flat", "channels-last", "einsum", "banded"])
 @pytest.mark.parametrize("xs,ws,bias,attrs", [pytest.param(*c[1:], id=c[0]) for c in DEPTHWISE_CASES])
 def test_conv_depthwise_layouts(monkeypatch, layout, xs, ws, bias, attrs):
     """Each depthwise layout (force_depthwise_layout) on small inputs, in blocks of images or
@@ -302,21 +308,26 @@ def test_conv_depthwise_layouts(monkeypatch, layout, xs, ws, bias, attrs):
     assert_same(run_node("Conv", 22, [x, w] + ([b] if bias else []), **attrs_of(**attrs)), expected)
 
 
-@pytest.mark.parametrize("xs,strides,layout", [((1, 16, 8, 8), [2, 2], "_dw_einsum"),
-                                                ((1, 16, 8, 8), [1, 1], "_dw_einsum"),
-                                                ((1, 2048, 8, 8), [1, 1], "_dw_channels_last"),
+@pytest.mark.parametrize("xs,strides,layout", [((1, 16, 8, 8), [2, 2], "conv"),
+                                                ((2, 64, 28, 28), [1, 1], "conv"),
+                                                ((1, 16, 56, 56), [2, 2], "conv"),
+                                                ((1, 16, 60, 60), [2, 2], "_dw_einsum"),
+                                                ((1, 16, 30, 30), [1, 1], "_dw_einsum"),
+                                                ((1, 128, 30, 30), [1, 1], "_dw_channels_last"),
                                                 ((1, 4, 40, 40), [1, 1], "_dw_flat")])
 def test_conv_depthwise_picks_its_layout_by_shape(monkeypatch, xs, strides, layout):
-    from onnx_mini.ops.nn import conv
-    calls = spy_on(monkeypatch, conv, "_dw_einsum", "_dw_channels_last", "_dw_flat")
+    """Banded products ("conv" of banded.py) up to 28 output columns, per-tap layouts beyond."""
+    from onnx_mini.ops.nn import banded, conv
+    per_tap = spy_on(monkeypatch, conv, "_dw_einsum", "_dw_channels_last", "_dw_flat")
+    products = spy_on(monkeypatch, banded, "conv")
     c = xs[1]
     x, w = ints(xs), ints((c, 1, 3, 3))
     attrs = dict(group=c, strides=strides, pads=[1, 1, 1, 1])
     assert_same(run_node("Conv", 22, [x, w], **attrs_of(**attrs)), conv_expected(x, w, **attrs).astype(np.float32))
-    assert calls == [layout]
+    assert per_tap + products == [layout]
 
 
-@pytest.mark.parametrize("layout", ["flat", "channels-last", "einsum"])
+@pytest.mark.parametrize("layout", ["flat", "channels-last", "einsum", "banded"])
 def test_conv_depthwise_edges_do_not_leak_across_rows(monkeypatch, layout):
     """The flat layout reads a row's neighbours where the image has padding and discards those
     products: infinities in the first and last columns must reach only their own windows."""
@@ -328,6 +339,31 @@ def test_conv_depthwise_edges_do_not_leak_across_rows(monkeypatch, layout):
     w = ints((2, 1, 3, 3), lo=1, hi=2)
     for attrs in (dict(group=2, pads=[1, 1, 1, 1]), dict(group=2, strides=[2, 2], pads=[1, 1, 1, 1])):
         assert_same(run_node("Conv", 22, [x, w], **attrs_of(**attrs)), conv_expected(x, w, **attrs).astype(np.float32))
+
+
+def test_conv_depthwise_banded_matrices_by_hand_and_cached_per_constant():
+    from onnx_mini.ops.nn import _common, banded
+    w = np.arange(1, 13, dtype=np.float32).reshape(2, 1, 2, 3)      # C=2, kh=2, kw=3
+    f32 = np.dtype(np.float32)
+    t = banded.weights(w, f32, width=banded.width(3, 2, 1, 2), out_w=2, stride=2, dil=1)
+    assert t.shape == (2, 2, 5, 2) and banded.weights(w, f32, 5, 2, 2, 1) is not t       # writeable: anew
+    # output column j reads padded columns 2j .. 2j+2: row di of channel c holds W[c, 0, di] there
+    assert_same(t[1, 0], np.array([[4, 0], [5, 0], [6, 4], [0, 5], [0, 6]], np.float32))
+    assert_same(t[0, 1], np.array([[7, 0], [8, 0], [9, 7], [0, 8], [0, 9]], np.float32))
+    w.flags.writeable = False
+    assert banded.weights(w, f32, 5, 2, 2, 1) is banded.weights(w, f32, 5, 2, 2, 1)
+    assert (id(w), ("banded", f32, 5, 2, 2, 1)) in _common._transforms
+    w_inf = np.array(w)
+    w_inf[1, 0, 0, 2] = np.inf
+    assert banded.weights(w_inf, f32, 5, 2, 2, 1) is None
+
+
+def test_conv_depthwise_with_an_infinite_weight_is_exact():
+    """Banded products multiply every padded column by zeros of T: a non-finite W goes per tap."""
+    x, w = ints((1, 3, 6, 6)), ints((3, 1, 3, 3), lo=1, hi=2)
+    w[1, 0, 1, 1] = np.inf          # the centre tap: it never reads padding
+    attrs = dict(group=3, pads=[1, 1, 1, 1])
+    assert_same(run_node("Conv", 22, [x, w], **attrs_of(**attrs)), conv_expected(x, w, **attrs).astype(np.float32))
 
 
 def test_conv_kernel_shape_attribute_and_float64_values():

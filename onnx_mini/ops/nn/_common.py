@@ -1,8 +1,10 @@
-"""Geometry shared by convolutions and pools: kernel extents, auto_pad, output sizes, padding; and
-per_image, how both go through a batch."""
+"""Geometry shared by convolutions and pools: kernel extents, auto_pad, output sizes, padding; per_image,
+how both go through a batch; and what the convolutions' weight transforms share (finite, cached_transform)."""
 from __future__ import annotations
 
 import math
+import threading
+import weakref
 
 import numpy as np
 
@@ -75,6 +77,19 @@ def pad_spatial(x: np.ndarray, begin, end, value=0) -> np.ndarray:
     return out
 
 
+def read_region(in_sizes, begin, need) -> tuple[list[slice], list[slice]]:
+    """Where the input goes in a zero-padded buffer holding the `need` positions per axis that the
+    windows read (padding `begin` first): (destination slices in the buffer, source slices in the
+    input), per spatial axis; input beyond the last window is left out."""
+    dst, src = [], []
+    for size, bg, nd in zip(in_sizes, begin, need):
+        lo = min(bg, nd)
+        hi = max(lo, min(bg + size, nd))
+        dst.append(slice(lo, hi))
+        src.append(slice(lo - bg, hi - bg))
+    return dst, src
+
+
 def windows(xp: np.ndarray, kernel, strides, dilations, out_sizes) -> np.ndarray:
     """A strided view (…, *out_sizes, *kernel) of the padded input xp: window values, no copy."""
     r = len(kernel)
@@ -125,3 +140,37 @@ def per_image(compute, shape, dtype) -> np.ndarray:
     with blas.own_threads():
         parallel.split(work, shape[0], 1)
     return y
+
+
+# -- weight transforms (Winograd, banded depthwise) ------------------------------------------------
+
+def finite(x: np.ndarray) -> bool:
+    """Whether x holds only finite values (its sum is finite; an overflowing sum says no, which only
+    costs the faster path). Transformed convolutions multiply values by zeros or mix them with both
+    signs, so an infinity or a NaN would reach outputs the convolution keeps it out of."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bool(np.isfinite(x.sum()))
+
+
+_TRANSFORMS = 64
+_transforms: dict = {}           # (id(w), key) -> (weakref to w, transform)
+_transforms_lock = threading.Lock()
+
+
+def cached_transform(w: np.ndarray, key: tuple, make):
+    """make(): a transform of the weights w (None allowed), kept under (id(w), key) while a read-only
+    w lives (a constant: nothing can change it behind the cache's back); made anew for a writeable w."""
+    k = (id(w), key)
+    hit = _transforms.get(k)
+    if hit is not None and hit[0]() is w:
+        return hit[1]
+    value = make()
+    if not w.flags.writeable:
+        with _transforms_lock:
+            if len(_transforms) >= _TRANSFORMS:
+                _transforms.pop(next(iter(_transforms)))
+            try:
+                _transforms[k] = (weakref.ref(w, lambda _, k=k: _transforms.pop(k, None)), value)
+            except TypeError:       # an array type without weak references: no caching
+                pass
+    return value

@@ -2,7 +2,8 @@
 
 Formulations, picked per call from the shapes (cheap: a few integer comparisons):
 - pointwise (1x1 kernel, stride 1, no padding): one matmul of W (M, C) with X viewed as (N, C, H*W);
-- depthwise (one input channel per group): a multiply-add per kernel tap into reused buffers, over
+- depthwise (one input channel per group): narrow 2-D outputs as stacked products with banded
+  matrices of the taps (banded.py); otherwise a multiply-add per kernel tap into reused buffers, over
   flat padded planes (large images: each tap one contiguous run) or channels-last (small images:
   the weights along the contiguous axis; or one einsum over the windows), in blocks spread over
   threads (see _depthwise);
@@ -24,9 +25,9 @@ import numpy as np
 from ... import blas, parallel
 from ...registry import kernel
 from .._common import UPCAST
-from . import winograd
-from ._common import (check_auto_pad, check_bias, check_groups, conv_kernel, geometry, pad_spatial, per_image,
-                      windows)
+from . import banded, winograd
+from ._common import (check_auto_pad, check_bias, check_groups, conv_kernel, finite, geometry, pad_spatial,
+                      per_image, read_region, windows)
 
 # Shifted windows do 9 (per 3x3 tap) products (M, C) x (C, pixels) and 8 sums of (M, pixels) where
 # im2col copies (9C, pixels) once and does one product: they win when the output has fewer channels
@@ -98,9 +99,9 @@ def _conv(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides, epil
     elif all(k == 1 for k in kernel) and all(s == 1 for s in strides_) and not any(begin) and not any(end):
         return _per_image(_pointwise, x, m, out, finish, w.reshape(group, m // group, cg), out).astype(dtype, copy=False)
     elif cg == 1 and group > 1:
-        y = _depthwise(x, w, b, group, kernel, strides_, dil, begin, out)
+        y = _depthwise(x, w, b, group, kernel, strides_, dil, begin, out, given_w)
         bias = None                                             # added by _depthwise
-    elif (winograd.fits(x, m, kernel, strides_, dil, group, out) and winograd.finite(x)
+    elif (winograd.fits(x, m, kernel, strides_, dil, group, out) and finite(x)
           and (u := winograd.weights(given_w, x.dtype)) is not None):
         return _per_image(winograd.conv, x, m, out, finish, u, begin, out).astype(dtype, copy=False)
     elif all(s == 1 for s in strides_) and group == 1 and (
@@ -185,9 +186,12 @@ def _shifted(x, w, kernel, dil, begin, end, out):
     return acc[(slice(None), slice(None), slice(None)) + tuple(slice(0, o) for o in out[1:])]
 
 
-def _depthwise(x, w, b, group, kernel, strides, dil, begin, out):
+def _depthwise(x, w, b, group, kernel, strides, dil, begin, out, given_w):
     """One input channel per group (depthwise, possibly with a channel multiplier), bias included.
 
+    Narrow 2-D outputs with one output channel per input channel and finite values, where the
+    per-tap layout below would not be the einsum (or the channels are few): stacked products with
+    banded matrices of the taps, cached per constant W (banded.py). Otherwise:
     A multiply per kernel tap into a reused buffer (out=) and an in-place add: no per-tap temporaries,
     the first tap assigned rather than added to zeros. numpy's cost here is mostly per inner loop, so
     the layout is the one giving long inner loops:
@@ -211,9 +215,6 @@ def _depthwise(x, w, b, group, kernel, strides, dil, begin, out):
     n = x.shape[0]
     m = w.shape[0]
     mult = m // group
-    y = np.empty((n, m, *out), dtype=x.dtype)
-    taps = list(np.ndindex(*kernel))
-    wk = w.reshape(group, mult, len(taps))
     pixels = math.prod(out)
     flat = pixels > _DW_LAST_MAX_PIXELS
     if flat:
@@ -222,6 +223,18 @@ def _depthwise(x, w, b, group, kernel, strides, dil, begin, out):
         make = _dw_einsum
     else:
         make = _dw_channels_last
+    if ((make is not _dw_einsum or group <= banded.FEW_CHANNELS) and banded.fits(x, kernel, mult, out)
+            and finite(x)):
+        t = banded.weights(given_w, x.dtype, banded.width(kernel[1], strides[1], dil[1], out[1]), out[1],
+                           strides[1], dil[1])
+        if t is not None:
+            y = banded.conv(x, t, kernel, strides, dil, begin, out)
+            if b is not None:
+                y += b.reshape(m, 1, 1)
+            return y
+    y = np.empty((n, m, *out), dtype=x.dtype)
+    taps = list(np.ndindex(*kernel))
+    wk = w.reshape(group, mult, len(taps))
     step, plane = make(x.shape[2:], kernel, strides, dil, begin, out, mult, taps)
     # Blocks of whole images, or of channels of one image, of at most _DW_BLOCK_BYTES of scratch (flat),
     # at least `want` of them for the threads. One image in channels-last stays one block: splitting
@@ -356,12 +369,7 @@ def _channels_last_input(in_sizes, kernel, strides, dil, begin, out):
     buffer kept across blocks (its padding stays zero)."""
     r = len(kernel)
     need = [(o - 1) * s + (k - 1) * d + 1 for o, s, k, d in zip(out, strides, kernel, dil)]
-    dst, src = [], []
-    for size, bg, nd in zip(in_sizes, begin, need):
-        lo = min(bg, nd)
-        hi = max(lo, min(bg + size, nd))
-        dst.append(slice(lo, hi))
-        src.append(slice(lo - bg, hi - bg))
+    dst, src = read_region(in_sizes, begin, need)
     empty = any(d.stop <= d.start for d in dst)
     dst, src = (slice(None),) + tuple(dst), (slice(None), slice(None)) + tuple(src)
     to_last = (0, *range(2, 2 + r), 1)

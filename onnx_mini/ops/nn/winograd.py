@@ -21,19 +21,15 @@ integers); results differ from im2col's by a few float32 ulps of the layer's mag
 from __future__ import annotations
 
 import math
-import threading
-import weakref
 
 import numpy as np
 
 from ... import blas
+from ._common import cached_transform, finite
 
 MIN_CHANNELS = 256          # C and M at least this
 MIN_PIXELS = 196            # output pixels at least this (14x14)
 _G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
-_CACHE_SIZE = 64
-_cache: dict = {}           # id(w) -> (weakref to w, transformed weights)
-_lock = threading.Lock()
 
 
 def fits(x: np.ndarray, m: int, kernel, strides, dil, group: int, out) -> bool:
@@ -45,35 +41,16 @@ def fits(x: np.ndarray, m: int, kernel, strides, dil, group: int, out) -> bool:
             and x.dtype in (np.float32, np.float64))
 
 
-def finite(x: np.ndarray) -> bool:
-    """Whether x holds only finite values (its sum is finite; an overflowing sum says no, which only
-    costs the faster path). The transforms mix each input value into several positions with both
-    signs, so an infinity would come out as inf - inf = NaN where the convolution gives +-inf."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        return bool(np.isfinite(x.sum()))
-
-
 def weights(w: np.ndarray, dtype) -> np.ndarray | None:
     """G g G' for W (M, C, 3, 3) -> (16, M, C) in `dtype` (the compute type: float32 for a float16
     W), cached while a read-only W lives; None when W is not all finite (see finite())."""
-    key = (id(w), np.dtype(dtype))
-    hit = _cache.get(key)
-    if hit is not None and hit[0]() is w:
-        return hit[1]
-    u = None
-    w64 = w.astype(np.float64)
-    if finite(w64):
+    def make():
+        w64 = w.astype(np.float64)
+        if not finite(w64):
+            return None
         u = np.einsum("ka,mcab,lb->klmc", _G, w64, _G, optimize=True)
-        u = np.ascontiguousarray(u.reshape(16, *w.shape[:2]), dtype=dtype)
-    if not w.flags.writeable:       # a constant: nobody can change it behind the cache's back
-        with _lock:
-            if len(_cache) >= _CACHE_SIZE:
-                _cache.pop(next(iter(_cache)))
-            try:
-                _cache[key] = (weakref.ref(w, lambda _, k=key: _cache.pop(k, None)), u)
-            except TypeError:       # an array type without weak references: no caching
-                pass
-    return u
+        return np.ascontiguousarray(u.reshape(16, *w.shape[:2]), dtype=dtype)
+    return cached_transform(w, ("winograd", np.dtype(dtype)), make)
 
 
 def conv(x: np.ndarray, u: np.ndarray, begin, out) -> np.ndarray:
