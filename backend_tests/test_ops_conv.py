@@ -140,6 +140,18 @@ def test_conv_against_direct_loop(version, xs, ws, bias, attrs):
     assert_same(run_node("Conv", version, [x, w] + ([b] if bias else []), **attrs_of(**attrs)), expected)
 
 
+@pytest.mark.parametrize("stacked", [True, False])
+@pytest.mark.parametrize("case", ["2d-pointwise-groups", "2d-im2col-grouped"])
+def test_conv_groups_in_one_stacked_product_or_one_call_each(monkeypatch, case, stacked):
+    """Small per-group products go to one stacked matmul, large ones one BLAS call each."""
+    from onnx_mini.ops.nn import conv
+    monkeypatch.setattr(conv, "_STACKED_MAX_MACS", 10 ** 9 if stacked else 0)
+    _, xs, ws, bias, attrs = next(c for c in CONV_CASES if c[0] == case)
+    x, w = ints(xs), ints(ws)
+    b = ints((ws[0],)) if bias else None
+    expected = conv_expected(x, w, b, **attrs).astype(np.float32)
+    assert_same(run_node("Conv", 22, [x, w] + ([b] if bias else []), **attrs_of(**attrs)), expected)
+
 
 @pytest.fixture
 def winograd_everywhere(monkeypatch):

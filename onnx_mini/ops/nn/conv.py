@@ -56,6 +56,11 @@ _DW_MIN_PART_MACS = 700_000
 # 272x14x14 0.22 -> 0.15, 544x7x7 0.15 -> 0.08, 384x14x14 0.29 -> 0.22; but 512x14x14 0.39 -> 0.45
 # and 256x28x28 0.75 -> 0.75: past ~80k outputs the transposes in and out cost what einsum saves).
 _DW_EINSUM_MAX_OUTPUTS = 80_000
+# Groups whose products are at most this many multiply-adds each go to one stacked matmul (numpy
+# calls BLAS per group without a Python round trip: ShuffleNet's 4 x 34x34x784 75 -> 69 us, a
+# ResNeXt-like 32 x 8x72x784 331 -> 278 us, batch 8 601 -> 545); larger ones one blas.matmul each,
+# which can split them over threads.
+_STACKED_MAX_MACS = blas.MIN_PART_MACS
 
 
 @kernel("Conv", since=(1, 11, 22))
@@ -149,9 +154,11 @@ def _im2col(x, w, group, kernel, strides, dil, begin, end, out):
 
 
 def _grouped_matmul(w, x):
-    """w (G, Mg, K) times x (N, G, K, P) -> (N, G, Mg, P), as one 2-D BLAS call per (image, group):
-    numpy's stacked matmul runs several times slower than the same 2-D calls here."""
+    """w (G, Mg, K) times x (N, G, K, P) -> (N, G, Mg, P): one stacked matmul for small groups, else
+    one 2-D BLAS call per (image, group) (see _STACKED_MAX_MACS)."""
     n, g = x.shape[:2]
+    if g > 1 and w.shape[1] * w.shape[2] * x.shape[3] <= _STACKED_MAX_MACS:
+        return np.matmul(w, x)
     y = np.empty((n, g, w.shape[1], x.shape[3]), dtype=np.result_type(w, x))
     for i in range(n):
         for j in range(g):
