@@ -11,9 +11,10 @@ shape): where that is channels-last, 512x14x14 0.39 -> 0.29 ms, 136x28x28 0.41 -
 0.71 -> 0.62; with few channels, 32x28x28 0.22 -> 0.09, 32x56x56 /2 0.26 -> 0.17, 64x56x56 /2 0.35
 -> 0.32; but where it is the einsum over the windows, 544x7x7 0.10 -> 0.15, 272x14x14 /2 0.09 ->
 0.11 (1024x7x7 0.29 -> 0.25, 136x28x28 /2 0.17 -> 0.15); and wide outputs lose: 128x56x56 0.72 ->
-1.67, so at most MAX_WIDTH output columns. In ShuffleNet and the MobileNet-like model as a whole
-(interleaved): a draw and -3% before the rule kept the einsum cases. A zero of T times an infinity
-is NaN, so X and W must be finite.
+1.67, so at most MAX_WIDTH output columns. Whole models, interleaved, with conv._depthwise keeping
+the einsum cases: ShuffleNet -1%, the MobileNet-like benchmark model -3%. The matrices take Wp/kw
+times W's memory per kernel row (ShuffleNet: +4 MB). A zero of T times an infinity is NaN, so X and
+W must be finite.
 """
 from __future__ import annotations
 
