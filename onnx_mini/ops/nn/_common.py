@@ -152,7 +152,9 @@ def finite(x: np.ndarray) -> bool:
         return bool(np.isfinite(x.sum()))
 
 
-_TRANSFORMS = 64
+# Entries go when their W does; the cap only bounds a process holding many models' constants (a
+# model with more transformed layers than this would recompute some at every run).
+_TRANSFORMS = 1024
 _transforms: dict = {}           # (id(w), key) -> (weakref to w, transform)
 _transforms_lock = threading.Lock()
 
