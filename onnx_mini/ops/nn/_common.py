@@ -170,7 +170,10 @@ def cached_transform(w: np.ndarray, key: tuple, make):
     if not w.flags.writeable:
         with _transforms_lock:
             if len(_transforms) >= _TRANSFORMS:
-                _transforms.pop(next(iter(_transforms)))
+                try:        # a W dying meanwhile removes its entry from under the iterator
+                    _transforms.pop(next(iter(_transforms)), None)
+                except (StopIteration, RuntimeError):
+                    pass
             try:
                 _transforms[k] = (weakref.ref(w, lambda _, k=k: _transforms.pop(k, None)), value)
             except TypeError:       # an array type without weak references: no caching
