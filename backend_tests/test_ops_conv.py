@@ -357,7 +357,7 @@ def test_conv_depthwise_banded_matrices_by_hand_and_cached_per_constant():
     from onnx_mini.ops.nn import _common, banded
     w = np.arange(1, 13, dtype=np.float32).reshape(2, 1, 2, 3)      # C=2, kh=2, kw=3
     f32 = np.dtype(np.float32)
-    t = banded.weights(w, f32, width=banded.width(3, 2, 1, 2), out_w=2, stride=2, dil=1)
+    t = banded.weights(w, f32, width=5, out_w=2, stride=2, dil=1)     # 2 outputs, stride 2, 3 taps: 5 columns
     assert t.shape == (2, 2, 5, 2) and banded.weights(w, f32, 5, 2, 2, 1) is not t       # writeable: anew
     # output column j reads padded columns 2j .. 2j+2: row di of channel c holds W[c, 0, di] there
     assert_same(t[1, 0], np.array([[4, 0], [5, 0], [6, 4], [0, 5], [0, 6]], np.float32))

@@ -77,6 +77,11 @@ def pad_spatial(x: np.ndarray, begin, end, value=0) -> np.ndarray:
     return out
 
 
+def read_extent(out: int, stride: int, kernel: int, dilation: int) -> int:
+    """Padded positions the windows of one axis read, first to last: (out-1)*stride + (kernel-1)*dilation + 1."""
+    return (out - 1) * stride + (kernel - 1) * dilation + 1
+
+
 def read_region(in_sizes, begin, need) -> tuple[list[slice], list[slice]]:
     """Where the input goes in a zero-padded buffer holding the `need` positions per axis that the
     windows read (padding `begin` first): (destination slices in the buffer, source slices in the

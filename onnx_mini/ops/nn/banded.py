@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import cached_transform, finite, read_region
+from ._common import cached_transform, finite, read_extent, read_region
 
 MAX_WIDTH = 28
 FEW_CHANNELS = 64        # conv._depthwise: below this, even where its einsum would run
@@ -34,7 +34,7 @@ def fits(x: np.ndarray, kernel, mult: int, out) -> bool:
 
 def weights(w: np.ndarray, dtype, width: int, out_w: int, stride: int, dil: int) -> np.ndarray | None:
     """The banded matrices (kh, C, width, out_w) of W (C, 1, kh, kw) in `dtype`, for padded rows of
-    `width` columns; cached while a read-only W lives; None when W is not all finite."""
+    `width` columns (_common.read_extent); cached while a read-only W lives; None when W is not all finite."""
     def make():
         if not finite(w):
             return None
@@ -48,16 +48,11 @@ def weights(w: np.ndarray, dtype, width: int, out_w: int, stride: int, dil: int)
     return cached_transform(w, ("banded", np.dtype(dtype), width, out_w, stride, dil), make)
 
 
-def width(kernel_w: int, stride: int, dil: int, out_w: int) -> int:
-    """Padded columns the windows read."""
-    return (out_w - 1) * stride + (kernel_w - 1) * dil + 1
-
-
 def conv(x: np.ndarray, t: np.ndarray, kernel, strides, dil, begin, out) -> np.ndarray:
     """x (N, C, H, W), banded matrices t from weights() -> Y (N, C, out_h, out_w), no bias."""
     n, c = x.shape[:2]
     kh = kernel[0]
-    need = [(out[0] - 1) * strides[0] + (kh - 1) * dil[0] + 1, t.shape[2]]
+    need = [read_extent(out[0], strides[0], kh, dil[0]), t.shape[2]]
     xp = np.zeros((n, c, *need), dtype=x.dtype)
     dst, src = read_region(x.shape[2:], begin, need)
     if all(d.stop > d.start for d in dst):

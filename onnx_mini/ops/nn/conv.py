@@ -27,7 +27,7 @@ from ...registry import kernel
 from .._common import UPCAST
 from . import banded, winograd
 from ._common import (check_auto_pad, check_bias, check_groups, conv_kernel, finite, geometry, pad_spatial,
-                      per_image, read_region, windows)
+                      per_image, read_extent, read_region, windows)
 
 # Shifted windows do 9 (per 3x3 tap) products (M, C) x (C, pixels) and 8 sums of (M, pixels) where
 # im2col copies (9C, pixels) once and does one product: they win when the output has fewer channels
@@ -232,7 +232,7 @@ def _depthwise(x, w, b, group, kernel, strides, dil, begin, out, given_w):
         make = _dw_channels_last
     if ((make is not _dw_einsum or group <= banded.FEW_CHANNELS) and banded.fits(x, kernel, mult, out)
             and finite(x)):
-        t = banded.weights(given_w, x.dtype, banded.width(kernel[1], strides[1], dil[1], out[1]), out[1],
+        t = banded.weights(given_w, x.dtype, read_extent(out[1], strides[1], kernel[1], dil[1]), out[1],
                            strides[1], dil[1])
         if t is not None:
             y = banded.conv(x, t, kernel, strides, dil, begin, out)
@@ -375,7 +375,7 @@ def _channels_last_input(in_sizes, kernel, strides, dil, begin, out):
     a function giving the block x (n, c, *in_sizes) padded and transposed to (n, *need, c), in a
     buffer kept across blocks (its padding stays zero)."""
     r = len(kernel)
-    need = [(o - 1) * s + (k - 1) * d + 1 for o, s, k, d in zip(out, strides, kernel, dil)]
+    need = [read_extent(o, s, k, d) for o, s, k, d in zip(out, strides, kernel, dil)]
     dst, src = read_region(in_sizes, begin, need)
     empty = any(d.stop <= d.start for d in dst)
     dst, src = (slice(None),) + tuple(dst), (slice(None), slice(None)) + tuple(src)

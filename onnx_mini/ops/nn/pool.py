@@ -29,7 +29,7 @@ import numpy as np
 from ...errors import InvalidValueError
 from ...registry import kernel
 from .._common import UPCAST, as_array
-from ._common import check_auto_pad, geometry, pad_spatial, per_image
+from ._common import check_auto_pad, geometry, pad_spatial, per_image, read_extent
 
 # A batch at least this large is pooled image by image (ResNet-50's first MaxPool at batch 32: 2.1 ms
 # per image over the whole batch, 1 ms for one image alone).
@@ -60,7 +60,7 @@ def _layout(in_sizes, kernel, strides, dilations, pads, auto_pad, ceil_mode):
     """-> (begin, end, extra, out): explicit/auto pads, the extra end cells ceil_mode's last windows
     read past the padded input, and the output spatial sizes."""
     begin, end, out = geometry(in_sizes, kernel, strides, dilations, pads, auto_pad, ceil_mode)
-    extra = tuple(max(0, (o - 1) * s + (k - 1) * d + 1 - (i + b + e))
+    extra = tuple(max(0, read_extent(o, s, k, d) - (i + b + e))
                   for o, s, k, d, i, b, e in zip(out, strides, kernel, dilations, in_sizes, begin, end))
     return tuple(begin), tuple(end), extra, tuple(out)
 
