@@ -353,6 +353,21 @@ def test_conv_depthwise_edges_do_not_leak_across_rows(monkeypatch, layout):
         assert_same(run_node("Conv", 22, [x, w], **attrs_of(**attrs)), conv_expected(x, w, **attrs).astype(np.float32))
 
 
+@pytest.mark.parametrize("dtype,c", [(np.float32, 128), (np.float64, 64), (np.float32, 12)])
+@pytest.mark.parametrize("strides", [[1, 1], [2, 1], [1, 2]])
+def test_conv_depthwise_einsum_rows_merged_and_gapped(monkeypatch, dtype, c, strides):
+    """The einsum layout merges the last output axis with the channels when its stride is 1 (weights
+    tiled along the row), and leaves a gap after each channels-last row or pixel when C values span
+    a multiple of 512 bytes (128 float32, 64 float64): the same sums either way, bias included."""
+    from onnx_mini.ops.nn import conv
+    force_depthwise_layout(monkeypatch, "einsum")
+    assert (c * np.dtype(dtype).itemsize % conv._CACHE_SET_BYTES == 0) == (c != 12)
+    x, w, b = ints((2, c, 5, 7), dtype=dtype), ints((c, 1, 3, 2), dtype=dtype), ints((c,), dtype=dtype)
+    attrs = dict(group=c, strides=strides, pads=[1, 0, 1, 1])
+    expected = conv_expected(x, w, b, **attrs).astype(dtype)
+    assert_same(run_node("Conv", 22, [x, w, b], **attrs_of(**attrs)), expected)
+
+
 def test_conv_depthwise_banded_matrices_by_hand_and_cached_per_constant():
     from onnx_mini.ops.nn import _common, banded
     w = np.arange(1, 13, dtype=np.float32).reshape(2, 1, 2, 3)      # C=2, kh=2, kw=3

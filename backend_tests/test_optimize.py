@@ -496,3 +496,93 @@ def test_subgraph_bodies_are_optimised_with_outer_values_left_variable():
     plan = build_plan(branch, loaded.opsets, outer_scope=("x",))
     assert [(i.domain, i.op_type) for i in plan.infos] == [(FUSED, "MatMul")]
     np.testing.assert_allclose(opt.run([np.array(False), np.ones((3, 5), np.float32)])[0], -np.ones((3, 5)))
+
+
+# -- channel shuffle -----------------------------------------------------------------------------------
+
+def shuffle_model(g=2, k=3, n=1, hw=(4, 5), act="Relu", dtype=F, split=None, join=None, conv_attrs=None,
+                  residual=False, wg=None, extra_outputs=()):
+    """Conv (g groups, 1x1, bias) -> [act] -> Reshape (n, g, k, h, w) -> Transpose (0, 2, 1, 3, 4) ->
+    Reshape (n, g*k, h, w) -> Neg (something after the shuffle to read its channels)."""
+    c, (h, w) = g * k, hw
+    np_type = {F: np.float32, TensorProto.DOUBLE: np.float64, TensorProto.FLOAT16: np.float16}[dtype]
+    ci = 2 * g
+    nodes = [helper.make_node("Conv", ["x", "w", "b"] + (["", "z"] if False else []), ["c"], group=wg or g,
+                              **(conv_attrs or {}))]
+    last = "c"
+    if residual:
+        nodes.append(helper.make_node("Add", ["c", "z"], ["cz"]))
+        last = "cz"
+    if act:
+        nodes.append(helper.make_node(act, [last], ["a"]))
+        last = "a"
+    nodes += [helper.make_node("Reshape", [last, "s5"], ["r5"]),
+              helper.make_node("Transpose", ["r5"], ["t5"], perm=[0, 2, 1, 3, 4]),
+              helper.make_node("Reshape", ["t5", "s4"], ["r4"]), helper.make_node("Neg", ["r4"], ["y"])]
+    inits = [init("w", rand(c, ci // (wg or g), 1, 1, dtype=np_type)), init("b", rand(c, dtype=np_type)),
+             init("s5", np.array(split or [n, g, k, h, w], np.int64)),
+             init("s4", np.array(join or [n, c, h, w], np.int64))]
+    inputs = [("x", dtype, [n, ci, h, w])] + ([("z", dtype, [n, c, h, w])] if residual else [])
+    return model(nodes, inputs, [("y", dtype, None), *((o, dtype, None) for o in extra_outputs)], inits)
+
+
+@pytest.mark.parametrize("g, k, n, act", [(2, 3, 1, "Relu"), (4, 5, 3, None), (3, 1, 2, "Sigmoid")])
+def test_channel_shuffle_is_written_by_the_grouped_pointwise_conv(g, k, n, act):
+    """The shuffle's three nodes go: the fused Conv writes group a's j-th channel to channel j*g + a,
+    bias alike: bit for bit what the graph as written gives (images one by one for a batch), and the
+    sums of a numpy formula in that order."""
+    m = shuffle_model(g, k, n, act=act)
+    x = rand(n, 2 * g, 4, 5)
+    exact = 0 if act != "Sigmoid" else 1e-6       # the fused Sigmoid is computed in place, its own way
+    rep = check(m, [x], [(FUSED, "Conv"), "Neg"], rtol=exact, atol=exact)
+    assert rep.plan.infos[0].outputs == ("r4",)          # the Conv writes the shuffled tensor itself
+    w = numpy_helper.to_array(m.graph.initializer[0]).reshape(g, k, 2)
+    b = numpy_helper.to_array(m.graph.initializer[1]).reshape(g, k)
+    prod = np.einsum("akc,nacp->nakp", w, x.reshape(n, g, 2, 20)) + b[None, :, :, None]   # (n, group, k, pixels)
+    if act == "Relu":
+        prod = np.maximum(prod, 0)
+    elif act == "Sigmoid":
+        prod = 1 / (1 + np.exp(-prod))
+    want = -prod.transpose(0, 2, 1, 3).reshape(n, g * k, 4, 5)   # channel j*g + a holds group a's j-th
+    np.testing.assert_allclose(rep.run([x])[0], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [TensorProto.DOUBLE, TensorProto.FLOAT16])
+def test_channel_shuffle_in_float64_and_float16(dtype):
+    np_type = np.float64 if dtype == TensorProto.DOUBLE else np.float16
+    check(shuffle_model(2, 3, dtype=dtype), [rand(1, 4, 4, 5, dtype=np_type)], [(FUSED, "Conv"), "Neg"],
+          rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("case", ["other_groups", "minus_one", "zero", "strided", "padded", "residual",
+                                  "conv_output_read", "split_mismatch"])
+def test_channel_shuffle_stays_as_written(case):
+    kw = {"other_groups": dict(wg=1), "minus_one": dict(split=[1, 2, -1, 4, 5]), "zero": dict(join=[0, 6, 4, 5]),
+          "strided": dict(conv_attrs=dict(strides=[1, 1], pads=[0, 0, 1, 0]), join=[1, 6, 5, 5],
+                          split=[1, 2, 3, 5, 5]),
+          "padded": dict(conv_attrs=dict(pads=[1, 1, 1, 1]), split=[1, 2, 3, 6, 7], join=[1, 6, 6, 7]),
+          "residual": dict(residual=True, act=None), "conv_output_read": dict(extra_outputs=("a",)),
+          "split_mismatch": dict(join=[1, 6, 5, 4])}[case]
+    m = shuffle_model(2, 3, **kw)
+    feeds = [rand(1, 4, 4, 5)] + ([rand(1, 6, 4, 5)] if case == "residual" else [])
+    opt = onnx_mini.prepare(m)
+    assert ("", "Transpose") in steps(opt)
+    for got, want in zip(opt.run(feeds), onnx_mini.prepare(m, optimize=False).run(feeds)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_channel_shuffle_with_other_input_sizes_runs_the_three_ops_as_written():
+    """Shapes the Reshapes did not expect: the same numbers the graph as written gives when the sizes
+    agree (a 5x4 image where 4x5 was declared), the same kind of error when they do not."""
+    m = shuffle_model(2, 3, hw=(4, 5))
+    m.graph.input[0].type.tensor_type.shape.dim[2].dim_param = "h"
+    m.graph.input[0].type.tensor_type.shape.dim[3].dim_param = "w"
+    opt, raw = onnx_mini.prepare(m), onnx_mini.prepare(m, optimize=False)
+    assert ("", "Transpose") not in steps(opt)
+    x = rand(1, 4, 5, 4)
+    np.testing.assert_array_equal(opt.run([x])[0], raw.run([x])[0])
+    bad = rand(1, 4, 3, 3)
+    with pytest.raises(onnx_mini.errors.OnnxMiniError):
+        raw.run([bad])
+    with pytest.raises(onnx_mini.errors.OnnxMiniError, match="channel shuffle"):
+        opt.run([bad])

@@ -16,6 +16,8 @@ or captured by a subgraph, and keep results within the official tolerances:
   MatMul with constant weights (new weights and bias initializers);
 - fuse.py: MatMul + Add bias, Conv + Add / Sum residual, and Conv / Gemm / MatMul / BatchNormalization
   + activation (Relu, Clip, LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Tanh, SiLU), one step each;
+- channel_shuffle.py: ShuffleNet's Reshape -> Transpose -> Reshape channel shuffle after a grouped
+  1x1 Conv written by that Conv in shuffled order;
 - dead_code.py: nodes and initializers nothing reads any more.
 
 The rewritten nodes use the private domain FUSED_DOMAIN (kernels.py), which optimize_graph's caller
@@ -29,6 +31,7 @@ from ..graph import Graph
 from ._context import FUSED_DOMAIN, Context
 from .dead_code import eliminate_dead_nodes
 from .fold_batchnorm import fold_affine_into_batchnorm, fold_batchnorm
+from .channel_shuffle import fold_channel_shuffle
 from .fuse import fuse_activations, fuse_conv_add, fuse_matmul_add
 from .identities import eliminate_identities
 from .patterns import fuse_patterns
@@ -80,6 +83,7 @@ def _optimize(graph, opsets, functions, outer_scope, static_inputs, passes) -> G
         fuse_matmul_add(ctx)
         fuse_conv_add(ctx)
         fuse_activations(ctx)
+        fold_channel_shuffle(ctx)
     if "dead_code" in passes:
         eliminate_dead_nodes(ctx)
     return ctx.graph_result()

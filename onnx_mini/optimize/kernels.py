@@ -109,9 +109,10 @@ def _with(fn, finish):
 
 @kernel("Conv", since=1, domain=FUSED_DOMAIN, multi_output=False)
 def fused_conv(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None,
-               activation="", activation_params=()):
+               activation="", activation_params=(), shuffle=0, shuffle_dims=()):
     """Conv, plus a residual Z (an Add / Sum folded in: in place when it keeps the output's shape), then
-    the activation in place."""
+    the activation in place; with shuffle = g, the channel shuffle Reshape (N, g, C/g, H, W) ->
+    Transpose (0, 2, 1, 3, 4) -> Reshape `shuffle_dims` that followed (optimize/channel_shuffle.py)."""
     conv = conv_1(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
                   strides=strides)
     act = _activation(activation, activation_params) if activation else None
@@ -143,7 +144,28 @@ def fused_conv(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
             return _conv(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides, epilogue)
         except (_Elsewhere, ValueError):   # not broadcastable here: the general path says how
             return general(x, w, b, z)
-    return per_image
+    if not shuffle:
+        return per_image
+    dims = tuple(int(d) for d in shuffle_dims)
+    split = (dims[0], shuffle, dims[1] // shuffle, *dims[2:])
+
+    def shuffled(x, w, b=None):
+        # The product's shape is the one the Reshapes expect (batch, spatial sizes and channels as
+        # declared; the optimiser checked the 1x1 geometry): each group's rows written in shuffle
+        # order, the bias permuted alike. Anything else: the three ops as written (numpy's reshape
+        # is Reshape's for dimensions that are all given).
+        if (x.dtype in _INPLACE and w.dtype == x.dtype and x.ndim == 4 and w.ndim == 4
+                and (x.shape[0], w.shape[0], *x.shape[2:]) == dims):
+            bs = None if b is None else b.reshape(shuffle, -1).T.reshape(-1)
+            return _conv(x, w, bs, auto_pad, dilations, group, kernel_shape, pads, strides,
+                         None if act is None else lambda y, i0, i1: act(y), shuffle=True)
+        y = general(x, w, b)
+        try:
+            return np.ascontiguousarray(y.reshape(split).transpose(0, 2, 1, 3, 4).reshape(dims))
+        except ValueError:
+            raise InvalidValueError(f"the channel shuffle after this Conv reshapes its output {y.shape} to "
+                                    f"{split}: the sizes differ") from None
+    return shuffled
 
 
 class _Elsewhere(Exception):

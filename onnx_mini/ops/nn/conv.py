@@ -53,9 +53,15 @@ _DW_MIN_PART_MACS = 700_000
 # Small images with one output channel per input channel go to one einsum over the channels-last
 # windows when strided, or when the output is small (_dw_einsum; 3x3, batch 1, against channels-last,
 # interleaved: 112x56x56 /2 0.68 -> 0.52 ms, 272x14x14 /2 0.136 -> 0.063, 256x28x28 /2 0.36 -> 0.26,
-# 272x14x14 0.22 -> 0.15, 544x7x7 0.15 -> 0.08, 384x14x14 0.29 -> 0.22; but 512x14x14 0.39 -> 0.45
-# and 256x28x28 0.75 -> 0.75: past ~80k outputs the transposes in and out cost what einsum saves).
+# 272x14x14 0.22 -> 0.15, 544x7x7 0.15 -> 0.08, 384x14x14 0.29 -> 0.22). Past ~80k outputs, at
+# stride 1, the banded products take over where they fit: since the einsum merges rows and leaves
+# cache gaps it beats channels-last there too (256x28x28 0.69 -> 0.60 ms, 512x14x14 0.38 -> 0.32)
+# but banded is as fast or faster (0.61, 0.28; 136x28x28 0.336 against 0.33).
 _DW_EINSUM_MAX_OUTPUTS = 80_000
+# Gap (elements) after each row of a channels-last result whose C values span a multiple of
+# _CACHE_SET_BYTES (see _dw_einsum).
+_CACHE_GAP = 16
+_CACHE_SET_BYTES = 512
 # Groups whose products are at most this many multiply-adds each go to one stacked matmul (numpy
 # calls BLAS per group without a Python round trip: ShuffleNet's 4 x 34x34x784 75 -> 69 us, a
 # ResNeXt-like 32 x 8x72x784 331 -> 278 us, batch 8 601 -> 545); larger ones one blas.matmul each,
@@ -74,9 +80,11 @@ def conv_1(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pad
     return conv
 
 
-def _conv(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides, epilogue=None):
+def _conv(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides, epilogue=None, shuffle=False):
     """epilogue(y_part, i0, i1), when given, finishes images i0..i1-1 of the float32/float64 result in
-    place (optimize/kernels.py: residual add, activation), while they are still in the caches."""
+    place (optimize/kernels.py: residual add, activation), while they are still in the caches.
+    shuffle: a pointwise Conv writes its output channels in channel-shuffle order, group a's j-th
+    channel to channel j*group + a (optimize/channel_shuffle.py; b given in that order)."""
     kernel = conv_kernel(x, w, kernel_shape)
     n, c = x.shape[:2]
     m, cg = w.shape[:2]
@@ -102,7 +110,10 @@ def _conv(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides, epil
     if n == 0 or m == 0 or cg == 0:    # nothing to sum: the output is the bias alone
         y = np.zeros((n, m, *out), dtype=x.dtype)
     elif all(k == 1 for k in kernel) and all(s == 1 for s in strides_) and not any(begin) and not any(end):
-        return _per_image(_pointwise, x, m, out, finish, w.reshape(group, m // group, cg), out).astype(dtype, copy=False)
+        return _per_image(_pointwise, x, m, out, finish, w.reshape(group, m // group, cg), out,
+                          shuffle).astype(dtype, copy=False)
+    elif shuffle:
+        raise ValueError("a channel shuffle is folded only into pointwise Conv")
     elif cg == 1 and group > 1:
         y = _depthwise(x, w, b, group, kernel, strides_, dil, begin, out, given_w)
         bias = None                                             # added by _depthwise
@@ -135,11 +146,16 @@ def _per_image(formulation, x, m, out, finish, *args):
     return per_image(compute, (n, m, *out), x.dtype)
 
 
-def _pointwise(x, wg, out):
-    """1x1, stride 1, no padding: W (G, Mg, Cg) times X viewed as (N, G, Cg, pixels)."""
+def _pointwise(x, wg, out, shuffle=False):
+    """1x1, stride 1, no padding: W (G, Mg, Cg) times X viewed as (N, G, Cg, pixels); with shuffle,
+    group a's rows go to channels a, a + G, ... (BLAS writes rows G rows apart as fast as adjacent ones)."""
     n = x.shape[0]
     g, mg, cg = wg.shape
-    return _grouped_matmul(wg, x.reshape(n, g, cg, -1)).reshape(n, g * mg, *out)
+    if not shuffle:
+        return _grouped_matmul(wg, x.reshape(n, g, cg, -1)).reshape(n, g * mg, *out)
+    y = np.empty((n, g * mg, *out), dtype=np.result_type(wg, x))
+    _grouped_matmul(wg, x.reshape(n, g, cg, -1), out=y.reshape(n, mg, g, -1).transpose(0, 2, 1, 3))
+    return y
 
 
 def _im2col(x, w, group, kernel, strides, dil, begin, end, out):
@@ -153,13 +169,13 @@ def _im2col(x, w, group, kernel, strides, dil, begin, end, out):
     return _grouped_matmul(w.reshape(group, m // group, -1), cols).reshape(n, m, *out)
 
 
-def _grouped_matmul(w, x):
-    """w (G, Mg, K) times x (N, G, K, P) -> (N, G, Mg, P): one stacked matmul for small groups, else
-    one 2-D BLAS call per (image, group) (see _STACKED_MAX_MACS)."""
+def _grouped_matmul(w, x, out=None):
+    """w (G, Mg, K) times x (N, G, K, P) -> (N, G, Mg, P) (into `out` when given): one stacked matmul
+    for small groups, else one 2-D BLAS call per (image, group) (see _STACKED_MAX_MACS)."""
     n, g = x.shape[:2]
     if g > 1 and w.shape[1] * w.shape[2] * x.shape[3] <= _STACKED_MAX_MACS:
-        return np.matmul(w, x)
-    y = np.empty((n, g, w.shape[1], x.shape[3]), dtype=np.result_type(w, x))
+        return np.matmul(w, x, out=out)
+    y = np.empty((n, g, w.shape[1], x.shape[3]), dtype=np.result_type(w, x)) if out is None else out
     for i in range(n):
         for j in range(g):
             blas.matmul(w[j], x[i, j], out=y[i, j])
@@ -392,12 +408,20 @@ def _channels_last_input(in_sizes, kernel, strides, dil, begin, out):
 def _dw_einsum(in_sizes, kernel, strides, dil, begin, out, mult, taps):
     """-> (step, buffer elements per image and channel) of the window-sum layout (one output channel
     per input channel): the channels-last padded input seen as windows (n, *out, *kernel, C), summed
-    against the weights (*kernel, C) by one einsum, whose inner loop runs along C; Y is written back
-    from the channels-last result."""
+    against the weights (*kernel, C) by one einsum; Y is written back from the channels-last result.
+
+    With stride 1 along the last axis a window row is one contiguous run of out[-1]*C values, so the
+    last output axis and C merge into einsum's inner loop, against the weights tiled out[-1] times
+    (3x3, batch 1, bias included, interleaved: 136x28x28 0.43 -> 0.33 ms, 272x14x14 0.176 -> 0.161).
+    The channels-last result keeps a gap after each row (merged) or pixel (C of them otherwise) when
+    C values span a multiple of 512 bytes: reading it back with such a power-of-two stride thrashes
+    the cache sets (512x14x14: the copy back 227 -> 53 us; 1024x7x7 132 -> 16)."""
     r = len(kernel)
     need, padded = _channels_last_input(in_sizes, kernel, strides, dil, begin, out)
     letters = "abcdefghijklmnopqrstuvwxyz"
-    o_ax, k_ax = letters[:r], letters[r:2 * r]
+    tile = out[-1] if strides[-1] == 1 else 1
+    outer = out[:-1] if tile > 1 else out
+    o_ax, k_ax = letters[:len(outer)], letters[r:2 * r]
     subscripts = f"N{o_ax}{k_ax}C,{k_ax}C->N{o_ax}C"
     back = (0, r + 1, *range(1, r + 1))
 
@@ -406,17 +430,19 @@ def _dw_einsum(in_sizes, kernel, strides, dil, begin, out, mult, taps):
         xp = padded(x, buffers)
         st = xp.strides
         view = np.lib.stride_tricks.as_strided(
-            xp, (n, *out, *kernel, c),
-            (st[0], *(st[1 + a] * strides[a] for a in range(r)), *(st[1 + a] * dil[a] for a in range(r)), st[-1]),
-            writeable=False)
-        wl = _buffer(buffers, "w", (*kernel, c), x.dtype)
-        np.copyto(wl, wk[:, 0, :].T.reshape(*kernel, c))
-        acc = _buffer(buffers, "acc", (n, *out, c), x.dtype)
-        np.einsum(subscripts, view, wl, out=acc)
+            xp, (n, *outer, *kernel, tile * c),
+            (st[0], *(st[1 + a] * strides[a] for a in range(len(outer))), *(st[1 + a] * dil[a] for a in range(r)),
+             st[-1]), writeable=False)
+        wl = _buffer(buffers, "w", (*kernel, tile, c), x.dtype)
+        np.copyto(wl, wk[:, 0, :].T.reshape(*kernel, 1, c))
+        gap = _CACHE_GAP if c * x.itemsize % _CACHE_SET_BYTES == 0 else 0
+        acc = _buffer(buffers, "acc", (n, *outer, tile * c + gap), x.dtype)[..., :tile * c]
+        np.einsum(subscripts, view, wl.reshape(*kernel, tile * c), out=acc)
+        acc = acc.reshape(n, *out, c) if tile > 1 else acc
         if b is not None:
             acc += b[:, 0]
         np.copyto(y[:, :, 0], acc.transpose(back))
-    return step, math.prod(need) + math.prod(out)
+    return step, math.prod(need) + math.prod(out) + _CACHE_GAP * math.prod(outer)
 
 
 def _dw_channels_last(in_sizes, kernel, strides, dil, begin, out, mult, taps):
