@@ -13,7 +13,7 @@ import re
 import numpy as np
 import pytest
 
-from onnx_mini.errors import InvalidNodeError, KernelError
+from onnx_mini.errors import InvalidNodeError, InvalidValueError, KernelError
 
 from helpers import NODE, assert_same, np_type, run_node, sample, type_params, versions
 
@@ -413,6 +413,26 @@ def test_conv_every_type(version, tname, xs, ws, attrs):
     x, w, b = ints(xs, dtype=dt), ints(ws, dtype=dt), ints((ws[0],), dtype=dt)
     expected = conv_expected(x, w, b, **attrs).astype(dt)        # small integers: exact in every type
     assert_same(run_node("Conv", version, [x, w, b], **attrs_of(**attrs)), expected)
+
+
+@pytest.mark.parametrize("group, w_shape", [(1, (3, 2, 3, 3)), (2, (4, 1, 3, 3)), (2, (6, 1, 1, 1))])
+def test_conv_kernel_keeps_each_shapes_geometry_and_plan_apart(monkeypatch, group, w_shape):
+    """One Conv kernel called with inputs of several sizes (more than it keeps), a W of another
+    kernel size and a wrong one: each call gets its own geometry and layout plan, and the checks
+    still run for a shape not seen before."""
+    from onnx_mini.ops.nn import conv
+    monkeypatch.setattr(conv, "_LAYOUTS", 3)
+    fn = conv.conv_1(group=group, pads=[1, 1, 1, 1])
+    w = ints(w_shape)
+    for side in (5, 9, 6, 5, 40, 7, 9, 3, 5):
+        x = ints((1, 2, side, side + 1))
+        expected = conv_expected(x, w, group=group, pads=[1, 1, 1, 1]).astype(np.float32)
+        assert_same(fn(x, w), expected)
+    w2 = ints((w_shape[0], w_shape[1], 2, 2))
+    x = ints((2, 2, 5, 6))
+    assert_same(fn(x, w2), conv_expected(x, w2, group=group, pads=[1, 1, 1, 1]).astype(np.float32))
+    with pytest.raises(InvalidValueError, match="channels"):
+        fn(ints((1, 3, 5, 6)), w)
 
 
 def test_conv_known_values():

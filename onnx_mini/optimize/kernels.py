@@ -116,6 +116,7 @@ def fused_conv(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
     conv = conv_1(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
                   strides=strides)
     act = _activation(activation, activation_params) if activation else None
+    layouts = {}                    # _conv's geometry per input shape
 
     def run(x, w, b=None, z=None):
         y = conv(x, w, b)
@@ -141,7 +142,8 @@ def fused_conv(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
             if act is not None:
                 act(y)
         try:
-            return _conv(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides, epilogue)
+            return _conv(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides, epilogue,
+                         layouts=layouts)
         except (_Elsewhere, ValueError):   # not broadcastable here: the general path says how
             return general(x, w, b, z)
     if not shuffle:
@@ -158,7 +160,7 @@ def fused_conv(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
                 and (x.shape[0], w.shape[0], *x.shape[2:]) == dims):
             bs = None if b is None else b.reshape(shuffle, -1).T.reshape(-1)
             return _conv(x, w, bs, auto_pad, dilations, group, kernel_shape, pads, strides,
-                         None if act is None else lambda y, i0, i1: act(y), shuffle=True)
+                         None if act is None else lambda y, i0, i1: act(y), shuffle=True, layouts=layouts)
         y = general(x, w, b)
         try:
             return np.ascontiguousarray(y.reshape(split).transpose(0, 2, 1, 3, 4).reshape(dims))

@@ -67,6 +67,8 @@ _CACHE_SET_BYTES = 512
 # ResNeXt-like 32 x 8x72x784 331 -> 278 us, batch 8 601 -> 545); larger ones one blas.matmul each,
 # which can split them over threads.
 _STACKED_MAX_MACS = blas.MIN_PART_MACS
+# Input shapes a Conv kernel keeps the geometry of (see _conv's layouts).
+_LAYOUTS = 16
 
 
 @kernel("Conv", since=(1, 11, 22))
@@ -75,25 +77,40 @@ def conv_1(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pad
     if group < 1:
         raise ValueError(f"group must be >= 1, got {group}")
 
+    layouts = {}
+
     def conv(x, w, b=None):
-        return _conv(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides)
+        return _conv(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides, layouts=layouts)
     return conv
 
 
-def _conv(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides, epilogue=None, shuffle=False):
+def _conv(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides, epilogue=None, shuffle=False,
+          layouts=None):
     """epilogue(y_part, i0, i1), when given, finishes images i0..i1-1 of the float32/float64 result in
     place (optimize/kernels.py: residual add, activation), while they are still in the caches.
     shuffle: a pointwise Conv writes its output channels in channel-shuffle order, group a's j-th
-    channel to channel j*group + a (optimize/channel_shuffle.py; b given in that order)."""
-    kernel = conv_kernel(x, w, kernel_shape)
+    channel to channel j*group + a (optimize/channel_shuffle.py; b given in that order).
+    layouts: a dict the calling kernel keeps, where the checked geometry of each (X, W, B) shape
+    stays, with what the formulations plan from it (the checks and geometry cost ~4 us a call, a third
+    of a small pointwise Conv's overhead; a depthwise layout's plan ~8 us)."""
     n, c = x.shape[:2]
     m, cg = w.shape[:2]
     r = x.ndim - 2
-    check_groups(c, w, group)
-    check_bias(b, m)
-    strides_ = list(strides) if strides else [1] * r
-    dil = list(dilations) if dilations else [1] * r
-    begin, end, out = geometry(x.shape[2:], kernel, strides_, dil, pads, auto_pad)
+    key = (x.shape, w.shape, None if b is None else b.shape)
+    layout = None if layouts is None else layouts.get(key)
+    if layout is None:
+        kernel = conv_kernel(x, w, kernel_shape)
+        check_groups(c, w, group)
+        check_bias(b, m)
+        strides_ = list(strides) if strides else [1] * r
+        dil = list(dilations) if dilations else [1] * r
+        begin, end, out = geometry(x.shape[2:], kernel, strides_, dil, pads, auto_pad)
+        layout = (kernel, strides_, dil, begin, end, out, {})
+        if layouts is not None:
+            if len(layouts) >= _LAYOUTS:
+                layouts.clear()
+            layouts[key] = layout
+    kernel, strides_, dil, begin, end, out, memo = layout
 
     dtype = x.dtype
     given_w = w                          # Winograd caches its transform of the (constant) W given
@@ -115,7 +132,7 @@ def _conv(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides, epil
     elif shuffle:
         raise ValueError("a channel shuffle is folded only into pointwise Conv")
     elif cg == 1 and group > 1:
-        y = _depthwise(x, w, b, group, kernel, strides_, dil, begin, out, given_w)
+        y = _depthwise(x, w, b, group, kernel, strides_, dil, begin, out, given_w, memo)
         bias = None                                             # added by _depthwise
     elif (winograd.fits(x, m, kernel, strides_, dil, group, out) and finite(x)
           and (u := winograd.weights(given_w, x.dtype)) is not None):
@@ -209,7 +226,7 @@ def _shifted(x, w, kernel, dil, begin, end, out):
     return acc[(slice(None), slice(None), slice(None)) + tuple(slice(0, o) for o in out[1:])]
 
 
-def _depthwise(x, w, b, group, kernel, strides, dil, begin, out, given_w):
+def _depthwise(x, w, b, group, kernel, strides, dil, begin, out, given_w, memo=None):
     """One input channel per group (depthwise, possibly with a channel multiplier), bias included.
 
     Narrow 2-D outputs with one output channel per input channel and finite values, where the
@@ -256,9 +273,14 @@ def _depthwise(x, w, b, group, kernel, strides, dil, begin, out, given_w):
                 y += b.reshape(m, 1, 1)
             return y
     y = np.empty((n, m, *out), dtype=x.dtype)
-    taps = list(np.ndindex(*kernel))
+    made = None if memo is None else memo.get(make)       # the layout's plan, made once per shape
+    if made is None:
+        taps = list(np.ndindex(*kernel))
+        made = (taps, *make(x.shape[2:], kernel, strides, dil, begin, out, mult, taps))
+        if memo is not None:
+            memo[make] = made
+    taps, step, plane = made
     wk = w.reshape(group, mult, len(taps))
-    step, plane = make(x.shape[2:], kernel, strides, dil, begin, out, mult, taps)
     # Blocks of whole images, or of channels of one image, of at most _DW_BLOCK_BYTES of scratch (flat),
     # at least `want` of them for the threads. One image in channels-last stays one block: splitting
     # its channels shortens the inner loops (512x14x14 on two threads: 0.39 -> 0.66 ms).
