@@ -190,6 +190,26 @@ def test_averagepool_hand_values():
     assert got[0, 0, 0, 0] == np.float32(14 / 9)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("shape", [(2, 3, 7, 7), (1, 4, 3, 5), (2, 2, 6)])
+def test_pools_whose_window_is_the_whole_input(dtype, shape):
+    """A kernel the size of the unpadded input (a global pool written as a sliding one) is one
+    reduction: the mean and maximum of each image's channel, NaN kept, with strides or ceil_mode that
+    change nothing; with padding the windows go tap by tap again."""
+    x = data(shape, dtype=dtype)
+    x[0, 0, 0] = np.nan
+    spatial = tuple(range(2, x.ndim))
+    kernel = list(shape[2:])
+    for attrs in (dict(kernel_shape=kernel), dict(kernel_shape=kernel, strides=[2] * len(kernel), ceil_mode=1)):
+        mean = x.astype(np.float64).mean(axis=spatial, keepdims=True)
+        np.testing.assert_allclose(run_node(AVG, 22, [x], **attrs).astype(np.float64), mean,
+                                   rtol=1e-3 if dtype == np.float16 else 1e-6)
+        assert_same(run_node(MAX, 22, [x], **attrs), np.max(x, axis=spatial, keepdims=True))
+    padded = dict(kernel_shape=kernel, pads=[1] * (2 * len(kernel)))
+    want, _ = ref_pool(x.astype(np.float64), MAX, kernel, pads=[1] * (2 * len(kernel)))
+    assert_same(run_node(MAX, 22, [x], **padded), want.astype(dtype))
+
+
 def test_maxpool_indices_hand_values():
     x = np.arange(1, 26, dtype=np.float32).reshape(1, 1, 5, 5)
     y, i = run_node(MAX, 12, [x], n_outputs=2, kernel_shape=[2, 2], strides=[2, 2])
