@@ -586,3 +586,53 @@ def test_channel_shuffle_with_other_input_sizes_runs_the_three_ops_as_written():
         raw.run([bad])
     with pytest.raises(onnx_mini.errors.OnnxMiniError, match="channel shuffle"):
         opt.run([bad])
+
+
+# -- a bias carried through a pointwise Conv -----------------------------------------------------------
+
+def bias_chain(second_kernel=1, second_attrs=None, second_bias=True, groups=2, extra_outputs=(), dtype=np.float32):
+    """Conv A (depthwise 3x3, bias) -> Conv B (groups, second_kernel, [bias]) -> Neg."""
+    ft = F if dtype == np.float32 else TensorProto.DOUBLE
+    nodes = [helper.make_node("Conv", ["x", "wa", "ba"], ["a"], group=4, pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["a", "wb"] + (["bb"] if second_bias else []), ["b"], group=groups,
+                              **(second_attrs or {})),
+             helper.make_node("Neg", ["b"], ["y"])]
+    inits = [init("wa", rand(4, 1, 3, 3, dtype=dtype)), init("ba", rand(4, dtype=dtype)),
+             init("wb", rand(6, 4 // groups, second_kernel, second_kernel, dtype=dtype))]
+    inits += [init("bb", rand(6, dtype=dtype))] if second_bias else []
+    return model(nodes, [("x", ft, [2, 4, 6, 5])], [("y", ft, None), *((o, ft, None) for o in extra_outputs)], inits)
+
+
+@pytest.mark.parametrize("groups, second_bias, attrs, dtype", [
+    (2, True, None, np.float32), (1, False, None, np.float32), (2, True, dict(strides=[2, 2]), np.float32),
+    (2, True, dict(auto_pad="VALID"), np.float64)])
+def test_conv_bias_carried_into_the_pointwise_conv_after_it(groups, second_bias, attrs, dtype):
+    """A's bias b moves into B's (c + V b, per group): A runs without one, the results stay those of
+    the graph as written, and B's new bias is that formula."""
+    m = bias_chain(groups=groups, second_bias=second_bias, second_attrs=attrs, dtype=dtype)
+    rep = check(m, [rand(2, 4, 6, 5, dtype=dtype)], ["Conv", "Conv", "Neg"])
+    first, second = rep.plan.infos[:2]
+    assert len(first.inputs) == 2 and len(second.inputs) == 3
+    v = numpy_helper.to_array(m.graph.initializer[2]).astype(np.float64).reshape(groups, 6 // groups, 4 // groups)
+    b = numpy_helper.to_array(m.graph.initializer[1]).astype(np.float64).reshape(groups, 4 // groups)
+    c = numpy_helper.to_array(m.graph.initializer[3]).astype(np.float64) if second_bias else np.zeros(6)
+    want = c + np.concatenate([v[g] @ b[g] for g in range(groups)])
+    plan = rep.plan
+    got = plan.template[plan.slot_names.index(second.inputs[2])]
+    assert got.dtype == dtype
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("case", ["padded", "3x3", "read_twice", "graph_output"])
+def test_conv_bias_stays_where_the_next_conv_would_see_padding_or_others_read_it(case):
+    kw = {"padded": dict(second_attrs=dict(pads=[1, 1, 1, 1])), "3x3": dict(second_kernel=3),
+          "read_twice": dict(), "graph_output": dict(extra_outputs=("a",))}[case]
+    m = bias_chain(**kw)
+    if case == "read_twice":
+        m.graph.node.append(helper.make_node("Relu", ["a"], ["r"]))
+        m.graph.output.append(helper.make_tensor_value_info("r", F, None))
+    x = rand(2, 4, 6, 5)
+    opt = onnx_mini.prepare(m)
+    assert len(opt.plan.infos[0].inputs) == 3          # A keeps its bias
+    for got, want in zip(opt.run([x]), onnx_mini.prepare(m, optimize=False).run([x])):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

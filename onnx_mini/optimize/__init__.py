@@ -14,6 +14,7 @@ or captured by a subgraph, and keep results within the official tolerances:
 - fold_batchnorm.py: a per-channel Mul / Add after an inference BatchNormalization folded into its
   scale and bias; the BatchNormalization then folded into a preceding Conv / ConvTranspose / Gemm /
   MatMul with constant weights (new weights and bias initializers);
+- bias_through.py: a Conv's bias carried into the 1x1 Conv that alone reads its output;
 - fuse.py: MatMul + Add bias, Conv + Add / Sum residual, and Conv / Gemm / MatMul / BatchNormalization
   + activation (Relu, Clip, LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Tanh, SiLU), one step each;
 - channel_shuffle.py: ShuffleNet's Reshape -> Transpose -> Reshape channel shuffle after a grouped
@@ -31,6 +32,7 @@ from ..graph import Graph
 from ._context import FUSED_DOMAIN, Context
 from .dead_code import eliminate_dead_nodes
 from .fold_batchnorm import fold_affine_into_batchnorm, fold_batchnorm
+from .bias_through import fold_bias_through
 from .channel_shuffle import fold_channel_shuffle
 from .fuse import fuse_activations, fuse_conv_add, fuse_matmul_add
 from .identities import eliminate_identities
@@ -79,6 +81,7 @@ def _optimize(graph, opsets, functions, outer_scope, static_inputs, passes) -> G
     if "fold_batchnorm" in passes:
         fold_affine_into_batchnorm(ctx)
         fold_batchnorm(ctx)
+        fold_bias_through(ctx)
     if "fuse" in passes:
         fuse_matmul_add(ctx)
         fuse_conv_add(ctx)
