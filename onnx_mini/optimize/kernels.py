@@ -136,7 +136,8 @@ def fused_conv(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
         def epilogue(y, i0, i1):
             if z is not None:
                 part = z[i0:i1] if whole else z
-                if part.shape[0] not in (1, y.shape[0]) or np.broadcast_shapes(y.shape, part.shape) != y.shape:
+                if part.shape != y.shape and (part.shape[0] not in (1, y.shape[0])
+                                              or np.broadcast_shapes(y.shape, part.shape) != y.shape):
                     raise _Elsewhere      # the sum is larger than the convolution's output
                 y += part
             if act is not None:

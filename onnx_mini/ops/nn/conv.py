@@ -105,12 +105,14 @@ def _conv(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides, epil
         strides_ = list(strides) if strides else [1] * r
         dil = list(dilations) if dilations else [1] * r
         begin, end, out = geometry(x.shape[2:], kernel, strides_, dil, pads, auto_pad)
-        layout = (kernel, strides_, dil, begin, end, out, {})
+        pointwise = (all(k == 1 for k in kernel) and all(s == 1 for s in strides_) and not any(begin)
+                     and not any(end))
+        layout = (kernel, strides_, dil, begin, end, out, pointwise, {})
         if layouts is not None:
             if len(layouts) >= _LAYOUTS:
                 layouts.clear()
             layouts[key] = layout
-    kernel, strides_, dil, begin, end, out, memo = layout
+    kernel, strides_, dil, begin, end, out, pointwise, memo = layout
 
     dtype = x.dtype
     given_w = w                          # Winograd caches its transform of the (constant) W given
@@ -126,7 +128,7 @@ def _conv(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides, epil
             epilogue(y_part, i0, i1)
     if n == 0 or m == 0 or cg == 0:    # nothing to sum: the output is the bias alone
         y = np.zeros((n, m, *out), dtype=x.dtype)
-    elif all(k == 1 for k in kernel) and all(s == 1 for s in strides_) and not any(begin) and not any(end):
+    elif pointwise:
         return _per_image(_pointwise, x, m, out, finish, w.reshape(group, m // group, cg), out,
                           shuffle).astype(dtype, copy=False)
     elif shuffle:
