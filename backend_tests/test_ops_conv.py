@@ -969,3 +969,19 @@ def test_qlinear_conv_rounds_half_to_even_and_saturates():
 def test_quantized_conv_errors_name_the_node(op, inputs, match):
     with pytest.raises(KernelError, match=re.compile(f"{NODE}.*{match}", re.S)):
         run_node(op, 10, inputs)
+
+
+def test_strided_view_of_contiguous_and_other_arrays():
+    """nn/_common.strided_view: the ndarray constructor on a C-contiguous array (checked against its
+    memory), numpy's as_strided otherwise; read-only views of the same values either way."""
+    from onnx_mini.ops.nn._common import strided_view
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)
+    v = strided_view(a, (3, 2, 2), (24, 4, 24))          # rows i, i+1 at columns j, j+1
+    assert not v.flags.writeable and np.shares_memory(v, a)
+    np.testing.assert_array_equal(v[1], [[6, 12], [7, 13]])
+    t = a.T                                               # not C-contiguous: as_strided
+    w = strided_view(t, (2, 3), (t.strides[0], t.strides[1]))
+    assert not w.flags.writeable
+    np.testing.assert_array_equal(w, t[:2, :3])
+    with pytest.raises((ValueError, TypeError)):
+        strided_view(a, (5, 6), (24, 4))                  # past the end of a's memory

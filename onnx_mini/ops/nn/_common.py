@@ -103,7 +103,18 @@ def windows(xp: np.ndarray, kernel, strides, dilations, out_sizes) -> np.ndarray
     shape = xp.shape[:lead] + tuple(out_sizes) + tuple(kernel)
     strides_ = st[:lead] + tuple(st[lead + d] * strides[d] for d in range(r)) + \
         tuple(st[lead + d] * dilations[d] for d in range(r))
-    return np.lib.stride_tricks.as_strided(xp, shape, strides_, writeable=False)
+    return strided_view(xp, shape, strides_)
+
+
+def strided_view(a: np.ndarray, shape, strides) -> np.ndarray:
+    """A read-only view of a's memory with the given shape and strides (as numpy's as_strided, which
+    costs ~3 us a call in Python against ~0.4 us for the ndarray constructor used on a C-contiguous
+    a; the constructor also checks that the view stays within a's memory)."""
+    if a.flags.c_contiguous:
+        v = np.ndarray(shape, a.dtype, a, 0, strides)
+        v.flags.writeable = False
+        return v
+    return np.lib.stride_tricks.as_strided(a, shape, strides, writeable=False)
 
 
 def conv_kernel(x: np.ndarray, w: np.ndarray, kernel_shape) -> list[int]:

@@ -27,7 +27,7 @@ from ...registry import kernel
 from .._common import UPCAST
 from . import banded, winograd
 from ._common import (check_auto_pad, check_bias, check_groups, conv_kernel, finite, geometry, pad_spatial,
-                      per_image, read_extent, read_region, windows)
+                      per_image, read_extent, read_region, strided_view, windows)
 
 # Shifted windows do 9 (per 3x3 tap) products (M, C) x (C, pixels) and 8 sums of (M, pixels) where
 # im2col copies (9C, pixels) once and does one product: they win when the output has fewer channels
@@ -453,10 +453,10 @@ def _dw_einsum(in_sizes, kernel, strides, dil, begin, out, mult, taps):
         n, c = x.shape[:2]
         xp = padded(x, buffers)
         st = xp.strides
-        view = np.lib.stride_tricks.as_strided(
+        view = strided_view(
             xp, (n, *outer, *kernel, tile * c),
             (st[0], *(st[1 + a] * strides[a] for a in range(len(outer))), *(st[1 + a] * dil[a] for a in range(r)),
-             st[-1]), writeable=False)
+             st[-1]))
         wl = _buffer(buffers, "w", (*kernel, tile, c), x.dtype)
         np.copyto(wl, wk[:, 0, :].T.reshape(*kernel, 1, c))
         gap = _CACHE_GAP if c * x.itemsize % _CACHE_SET_BYTES == 0 else 0
