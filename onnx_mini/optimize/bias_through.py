@@ -4,7 +4,7 @@ Conv A (bias b) feeding a 1x1 Conv B (weights V, bias c, no padding) with nothin
 B(A(x) + b) = B(A(x)) + V b at every output position (a 1x1 window without padding reads one
 position, which holds its bias), so A drops its bias and B's becomes c + V b (per group, computed
 in float64 once). ShuffleNet's depthwise layers, each followed by a grouped 1x1 one once the
-BatchNormalizations are folded, then skip 19 bias passes (~7 us each of ~9 ms). The sums round
+BatchNormalizations are folded, then skip 16 bias passes (~7 us each of ~9 ms). The sums round
 differently (within the official tolerances, like the BatchNormalization folding).
 """
 from __future__ import annotations
