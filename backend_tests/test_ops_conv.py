@@ -368,6 +368,27 @@ def test_conv_depthwise_einsum_rows_merged_and_gapped(monkeypatch, dtype, c, str
     assert_same(run_node("Conv", 22, [x, w, b], **attrs_of(**attrs)), expected)
 
 
+@pytest.mark.parametrize("xs, kernel, strides, dil, pads", [
+    ((2, 3, 9, 11), [3, 3], [2, 2], [1, 1], [1, 1, 1, 1]),
+    ((1, 4, 7, 13), [3, 5], [1, 3], [1, 1], [0, 2, 1, 2]),
+    ((1, 2, 6, 12), [2, 3], [2, 2], [1, 2], [1, 0, 0, 1]),
+    ((1, 3, 5, 14), [3, 3], [1, 2], [2, 3], [2, 3, 2, 3]),
+    ((1, 2, 3, 3), [3, 3], [3, 4], [1, 1], [4, 5, 4, 5]),       # more padding than input
+    ((1, 5, 12), [4], [3], [1], [2, 1]),                        # 1-D
+])
+@pytest.mark.parametrize("dtype, c_scale", [(np.float32, 1), (np.float32, 32), (np.float64, 16)])
+def test_conv_depthwise_einsum_strided_last_axis(monkeypatch, xs, kernel, strides, dil, pads, dtype, c_scale):
+    """The einsum layout with a stride along the last axis (its inner loop then along C): strides,
+    dilations and paddings of every kind, channel counts whose pixels get a cache gap (128 float32,
+    64 float64), against the direct sum."""
+    force_depthwise_layout(monkeypatch, "einsum")
+    xs = (xs[0], xs[1] * c_scale, *xs[2:])
+    c = xs[1]
+    x, w, b = ints(xs, dtype=dtype), ints((c, 1, *kernel), dtype=dtype), ints((c,), dtype=dtype)
+    attrs = dict(group=c, strides=strides, dilations=dil, pads=pads)
+    assert_same(run_node("Conv", 22, [x, w, b], **attrs_of(**attrs)), conv_expected(x, w, b, **attrs).astype(dtype))
+
+
 def test_conv_depthwise_banded_matrices_by_hand_and_cached_per_constant():
     from onnx_mini.ops.nn import _common, banded
     w = np.arange(1, 13, dtype=np.float32).reshape(2, 1, 2, 3)      # C=2, kh=2, kw=3
