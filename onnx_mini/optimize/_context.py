@@ -43,6 +43,13 @@ def _declared_rank(vi: ValueInfo) -> int | None:
     return len(t.shape) if t is not None and t.kind == "tensor" and t.shape is not None else None
 
 
+
+def unpadded(attrs: dict) -> bool:
+    """A Conv's (or pool's) attributes add no padding: no pads, auto_pad NOTSET or VALID (for the 1x1
+    kernels the passes check, SAME would not pad either, but its output size rule differs)."""
+    return (not any(int(p) for p in attrs.get("pads", ()) or ())
+            and attrs.get("auto_pad", "NOTSET") in ("NOTSET", "VALID"))
+
 class Context:
     """One graph under optimisation. Passes read it through these helpers and rewrite `nodes` via
     `replace`; `refresh()` rebuilds the producer/consumer maps after a pass."""

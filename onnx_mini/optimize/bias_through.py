@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ._context import Context
+from ._context import Context, unpadded
 from .fold_batchnorm import _bias, _weights
 
 _CONV = (1, 11, 22)
@@ -50,7 +50,4 @@ def fold_bias_through(ctx: Context) -> bool:
 def _pointwise(ctx: Context, node) -> bool:
     """A Conv without padding (its weights, checked by the caller, 1x1; any strides: every position
     holds the bias)."""
-    a = node.attrs
-    return (ctx.is_op(node, "Conv", _CONV) and len(node.inputs) >= 2
-            and not any(int(p) for p in a.get("pads", ()) or ())
-            and a.get("auto_pad", "NOTSET") in ("NOTSET", "VALID", b"NOTSET", b"VALID"))
+    return ctx.is_op(node, "Conv", _CONV) and len(node.inputs) >= 2 and unpadded(node.attrs)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._context import FUSED_DOMAIN, Context
+from ._context import FUSED_DOMAIN, Context, unpadded
 
 _RESHAPE = (5, 13, 14, 19, 21, 23, 24, 25)
 _TRANSPOSE = (1, 13, 21, 23, 24, 25)
@@ -71,6 +71,4 @@ def _pointwise_groups(ctx: Context, conv, groups: int, channels: int) -> bool:
     if not isinstance(w, np.ndarray) or w.ndim != 4 or w.shape[0] != channels or w.shape[2:] != (1, 1):
         return False
     return (int(a.get("group", 1)) == groups and all(int(s) == 1 for s in a.get("strides", ()) or ())
-            and not any(int(p) for p in a.get("pads", ()) or ())
-            and a.get("auto_pad", "NOTSET") in ("NOTSET", "VALID", b"NOTSET", b"VALID")
-            and list(a.get("kernel_shape", (1, 1)) or (1, 1)) == [1, 1])
+            and unpadded(a))             # a kernel_shape attribute must equal W's: the kernel checks it
