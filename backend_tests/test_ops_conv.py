@@ -300,7 +300,7 @@ def force_depthwise_layout(monkeypatch, layout):
         return
     monkeypatch.setattr(conv, "_DW_LAST_MAX_PIXELS", -1 if layout == "flat" else 10 ** 9)
     if layout == "einsum":
-        monkeypatch.setattr(conv, "_DW_EINSUM_MAX_OUTPUTS", 10 ** 9)
+        monkeypatch.setattr(conv, "_DW_EINSUM_MAX_WEIGHT_BYTES", 10 ** 12)
     else:
         monkeypatch.setattr(conv, "_dw_einsum", conv._dw_channels_last)
 
@@ -320,20 +320,26 @@ def test_conv_depthwise_layouts(monkeypatch, layout, xs, ws, bias, attrs):
     assert_same(run_node("Conv", 22, [x, w] + ([b] if bias else []), **attrs_of(**attrs)), expected)
 
 
-@pytest.mark.parametrize("xs,strides,layout", [((1, 16, 8, 8), [2, 2], "conv"),
-                                                ((2, 64, 28, 28), [1, 1], "conv"),
-                                                ((1, 16, 56, 56), [2, 2], "conv"),
-                                                ((1, 16, 60, 60), [2, 2], "_dw_einsum"),
-                                                ((1, 16, 30, 30), [1, 1], "_dw_einsum"),
-                                                ((1, 128, 30, 30), [1, 1], "_dw_channels_last"),
-                                                ((1, 4, 40, 40), [1, 1], "_dw_flat")])
-def test_conv_depthwise_picks_its_layout_by_shape(monkeypatch, xs, strides, layout):
-    """Banded products ("conv" of banded.py) up to 28 output columns, per-tap layouts beyond."""
+@pytest.mark.parametrize("xs,strides,mult,layout", [((1, 16, 8, 8), [2, 2], 1, "conv"),
+                                                     ((1, 16, 56, 56), [2, 2], 1, "conv"),
+                                                     ((1, 16, 60, 60), [2, 2], 1, "_dw_einsum"),
+                                                     ((1, 96, 8, 8), [2, 2], 1, "_dw_einsum"),
+                                                     ((2, 64, 28, 28), [1, 1], 1, "_dw_einsum"),
+                                                     ((1, 16, 30, 30), [1, 1], 1, "_dw_einsum"),
+                                                     ((1, 128, 30, 30), [1, 1], 1, "_dw_einsum"),
+                                                     ((1, 768, 14, 14), [1, 1], 1, "conv"),
+                                                     ((1, 8, 10, 10), [1, 1], 2, "_dw_channels_last"),
+                                                     ((1, 4, 40, 40), [1, 1], 1, "_dw_flat")])
+def test_conv_depthwise_picks_its_layout_by_shape(monkeypatch, xs, strides, mult, layout):
+    """Banded products ("conv" of banded.py, up to 28 output columns) for strided layers with few
+    channels and stride-1 layers whose einsum would tile over 300 kB of weights (768 x 14 x 9 floats);
+    the einsum for every other small image with one output channel per input channel, channels-last
+    with a channel multiplier, flat for large images."""
     from onnx_mini.ops.nn import banded, conv
     per_tap = spy_on(monkeypatch, conv, "_dw_einsum", "_dw_channels_last", "_dw_flat")
     products = spy_on(monkeypatch, banded, "conv")
     c = xs[1]
-    x, w = ints(xs), ints((c, 1, 3, 3))
+    x, w = ints(xs), ints((c * mult, 1, 3, 3))
     attrs = dict(group=c, strides=strides, pads=[1, 1, 1, 1])
     assert_same(run_node("Conv", 22, [x, w], **attrs_of(**attrs)), conv_expected(x, w, **attrs).astype(np.float32))
     assert per_tap + products == [layout]
@@ -387,6 +393,26 @@ def test_conv_depthwise_einsum_strided_last_axis(monkeypatch, xs, kernel, stride
     x, w, b = ints(xs, dtype=dtype), ints((c, 1, *kernel), dtype=dtype), ints((c,), dtype=dtype)
     attrs = dict(group=c, strides=strides, dilations=dil, pads=pads)
     assert_same(run_node("Conv", 22, [x, w, b], **attrs_of(**attrs)), conv_expected(x, w, b, **attrs).astype(dtype))
+
+
+def test_conv_depthwise_einsum_weights_cached_per_constant_w(monkeypatch):
+    """The einsum layout's tiled weights are made once per read-only W (and per output geometry):
+    a second constant W of the same shape, another input size, or a writeable W changed in place
+    between calls each get their own, against the direct sum."""
+    from onnx_mini.ops.nn import conv
+    force_depthwise_layout(monkeypatch, "einsum")
+    attrs = dict(group=6, pads=[1, 1, 1, 1])
+    run = conv.conv_1(kernel_shape=[3, 3], **attrs)
+    w1, w2 = ints((6, 1, 3, 3)), ints((6, 1, 3, 3), lo=1, hi=4)
+    w1.flags.writeable = w2.flags.writeable = False
+    for x in (ints((1, 6, 5, 7)), ints((2, 6, 4, 9)), ints((1, 6, 5, 7))):
+        for w in (w1, w2, w1):
+            assert_same(run(x, w), conv_expected(x, w, **attrs).astype(np.float32))
+    w = ints((6, 1, 3, 3))
+    x = ints((1, 6, 5, 7))
+    assert_same(run(x, w), conv_expected(x, w, **attrs).astype(np.float32))
+    w *= 3
+    assert_same(run(x, w), conv_expected(x, w, **attrs).astype(np.float32))
 
 
 def test_conv_depthwise_banded_matrices_by_hand_and_cached_per_constant():

@@ -11,10 +11,11 @@ shape): where that is channels-last, 512x14x14 0.39 -> 0.29 ms, 136x28x28 0.41 -
 0.71 -> 0.62; with few channels, 32x28x28 0.22 -> 0.09, 32x56x56 /2 0.26 -> 0.17, 64x56x56 /2 0.35
 -> 0.32; but where it is the einsum over the windows, 544x7x7 0.10 -> 0.15, 272x14x14 /2 0.09 ->
 0.11 (1024x7x7 0.29 -> 0.25, 136x28x28 /2 0.17 -> 0.15); and wide outputs lose: 128x56x56 0.72 ->
-1.67, so at most MAX_WIDTH output columns. Whole models, interleaved, with conv._depthwise keeping
-the einsum cases: ShuffleNet -1%, the MobileNet-like benchmark model -3%. The matrices take Wp/kw
-times W's memory per kernel row (ShuffleNet: +4 MB). A zero of T times an infinity is NaN, so X and
-W must be finite.
+1.67, so at most MAX_WIDTH output columns. Since the einsum keeps its tiled weights per constant W
+it is the faster one at stride 1 until those weights grow large (conv._DW_EINSUM_MAX_WEIGHT_BYTES),
+and banded stays for strided layers with few channels and stride-1 layers with many (768x14x14 and
+up). The matrices take Wp/kw times W's memory per kernel row. A zero of T times an infinity is NaN,
+so X and W must be finite.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import numpy as np
 from ._common import cached_transform, finite, read_extent, read_region
 
 MAX_WIDTH = 28
-FEW_CHANNELS = 64        # conv._depthwise: below this, even where its einsum would run
+FEW_CHANNELS = 64        # conv._depthwise: strided layers with at most this many channels, not its einsum
 
 
 def fits(x: np.ndarray, kernel, mult: int, out) -> bool:

@@ -26,8 +26,8 @@ from ... import blas, parallel
 from ...registry import kernel
 from .._common import UPCAST
 from . import banded, winograd
-from ._common import (check_auto_pad, check_bias, check_groups, conv_kernel, finite, geometry, pad_spatial,
-                      per_image, read_extent, read_region, strided_view, windows)
+from ._common import (cached_transform, check_auto_pad, check_bias, check_groups, conv_kernel, finite, geometry,
+                      pad_spatial, per_image, read_extent, read_region, strided_view, windows)
 
 # Shifted windows do 9 (per 3x3 tap) products (M, C) x (C, pixels) and 8 sums of (M, pixels) where
 # im2col copies (9C, pixels) once and does one product: they win when the output has fewer channels
@@ -51,13 +51,16 @@ _DW_LAST_MAX_PIXELS = 1024
 _DW_BLOCK_BYTES = 8 * 1024 * 1024
 _DW_MIN_PART_MACS = 700_000
 # Small images with one output channel per input channel go to one einsum over the channels-last
-# windows when strided, or when the output is small (_dw_einsum; 3x3, batch 1, against channels-last,
-# interleaved: 112x56x56 /2 0.68 -> 0.52 ms, 272x14x14 /2 0.136 -> 0.063, 256x28x28 /2 0.36 -> 0.26,
-# 272x14x14 0.22 -> 0.15, 544x7x7 0.15 -> 0.08, 384x14x14 0.29 -> 0.22). Past ~80k outputs, at
-# stride 1, the banded products take over where they fit: since the einsum merges rows and leaves
-# cache gaps it beats channels-last there too (256x28x28 0.69 -> 0.60 ms, 512x14x14 0.38 -> 0.32)
-# but banded is as fast or faster (0.61, 0.28; 136x28x28 0.336 against 0.33).
-_DW_EINSUM_MAX_OUTPUTS = 80_000
+# windows (_dw_einsum; 3x3, batch 1, against channels-last, interleaved: 112x56x56 /2 0.68 -> 0.52 ms,
+# 272x14x14 /2 0.136 -> 0.063, 256x28x28 /2 0.36 -> 0.26, 272x14x14 0.22 -> 0.15, 544x7x7 0.15 ->
+# 0.08, 384x14x14 0.29 -> 0.22; with its tiled weights made once per constant W, 192x32x32 2.49 ->
+# 0.98, 1024x14x14 0.77 -> 0.62). The banded products take over where they fit and measure faster:
+# strided with few channels (banded.FEW_CHANNELS; 32x56x56 /2 0.23 -> 0.17 ms, 24x28x28 /2 0.064 ->
+# 0.039), and at stride 1 once the einsum's tiled weights (taps x out_w x C) pass this many bytes
+# (768x14x14, 387 kB: 0.41 -> 0.39 ms; 1024x14x14 0.62 -> 0.50); below, the einsum is faster
+# (136x28x28 0.326 -> 0.283 ms, 256x28x28 0.58 -> 0.51, 512x14x14 0.267 -> 0.247, 64x28x28 0.165
+# -> 0.137, 16x28x28 0.054 -> 0.051).
+_DW_EINSUM_MAX_WEIGHT_BYTES = 300 << 10
 # Gap (elements) after each row of a channels-last result whose C values span a multiple of
 # _CACHE_SET_BYTES (see _dw_einsum).
 _CACHE_GAP = 16
@@ -232,8 +235,9 @@ def _depthwise(x, w, b, group, kernel, strides, dil, begin, out, given_w, memo=N
     """One input channel per group (depthwise, possibly with a channel multiplier), bias included.
 
     Narrow 2-D outputs with one output channel per input channel and finite values, where the
-    per-tap layout below would not be the einsum (or the channels are few): stacked products with
-    banded matrices of the taps, cached per constant W (banded.py). Otherwise:
+    layout below would not be the einsum, or would be with large tiled weights or (strided) few
+    channels (see _DW_EINSUM_MAX_WEIGHT_BYTES): stacked products with banded matrices of the taps,
+    cached per constant W (banded.py). Otherwise:
     A multiply per kernel tap into a reused buffer (out=) and an in-place add: no per-tap temporaries,
     the first tap assigned rather than added to zeros. numpy's cost here is mostly per inner loop, so
     the layout is the one giving long inner loops:
@@ -241,9 +245,8 @@ def _depthwise(x, w, b, group, kernel, strides, dil, begin, out, given_w, memo=N
       that every tap reads one contiguous run at its own offset and Y accumulates in place (_dw_flat);
     - channels-last (small images, many channels): the input transposed once to (N, *spatial, C), so
       that the per-tap weights lie along the contiguous axis; the last tap's add writes Y transposed
-      back (_dw_channels_last); with one output channel per input channel and strides or a small
-      output, one einsum over the windows of that layout instead (_dw_einsum, see
-      _DW_EINSUM_MAX_OUTPUTS).
+      back (_dw_channels_last); with one output channel per input channel, one einsum over the
+      windows of that layout instead (_dw_einsum).
     Measured here (3x3, pad 1, float32, batch 1, one thread, median of 40; before: strided windows of
     the padded input, y += window * w per tap): 32x112x112 1.32 -> 0.87 ms, 64x112x112 /2 1.77 -> 0.92,
     128x56x56 2.12 -> 1.00, 128x56x56 /2 0.95 -> 0.77 (channels-last from here on), 256x28x28 1.31 ->
@@ -261,12 +264,17 @@ def _depthwise(x, w, b, group, kernel, strides, dil, begin, out, given_w, memo=N
     flat = pixels > _DW_LAST_MAX_PIXELS
     if flat:
         make = _dw_flat
-    elif mult == 1 and (max(strides) > 1 or group * pixels <= _DW_EINSUM_MAX_OUTPUTS):
+    elif mult == 1:
         make = _dw_einsum
     else:
         make = _dw_channels_last
-    if ((make is not _dw_einsum or group <= banded.FEW_CHANNELS) and banded.fits(x, kernel, mult, out)
-            and finite(x)):
+    if make is _dw_einsum:
+        tile = out[-1] if strides[-1] == 1 else 1
+        banded_first = (group <= banded.FEW_CHANNELS if max(strides) > 1 else
+                        math.prod(kernel) * tile * group * x.itemsize > _DW_EINSUM_MAX_WEIGHT_BYTES)
+    else:
+        banded_first = True
+    if banded_first and banded.fits(x, kernel, mult, out) and finite(x):
         t = banded.weights(given_w, x.dtype, read_extent(out[1], strides[1], kernel[1], dil[1]), out[1],
                            strides[1], dil[1])
         if t is not None:
@@ -283,6 +291,11 @@ def _depthwise(x, w, b, group, kernel, strides, dil, begin, out, given_w, memo=N
             memo[make] = made
     taps, step, plane = made
     wk = w.reshape(group, mult, len(taps))
+    # the layout's own arrangement of W (the einsum's: every channel, one block per image), cached per constant W
+    arranged = getattr(step, "weights", None)
+    if arranged is not None:
+        wk = cached_transform(given_w, ("depthwise", make.__name__, np.dtype(x.dtype), tuple(out), tuple(strides)),
+                              lambda: arranged(wk))
     # Blocks of whole images, or of channels of one image, of at most _DW_BLOCK_BYTES of scratch (flat),
     # at least `want` of them for the threads. One image in channels-last stays one block: splitting
     # its channels shortens the inner loops (512x14x14 on two threads: 0.39 -> 0.66 ms).
@@ -303,7 +316,7 @@ def _depthwise(x, w, b, group, kernel, strides, dil, begin, out, given_w, memo=N
     def work(lo, hi):
         buffers = {}
         for i0, i1, c0, c1 in blocks[lo:hi]:
-            step(x[i0:i1, c0:c1], wk[c0:c1], None if b is None else b[c0 * mult:c1 * mult].reshape(c1 - c0, mult),
+            step(x[i0:i1, c0:c1], wk if arranged is not None else wk[c0:c1], None if b is None else b[c0 * mult:c1 * mult].reshape(c1 - c0, mult),
                  y[i0:i1, c0 * mult:c1 * mult].reshape(i1 - i0, c1 - c0, mult, *out), buffers)
     if want > 1 and len(blocks) > 1:
         parallel.split(work, len(blocks), len(blocks) // want)
@@ -449,7 +462,13 @@ def _dw_einsum(in_sizes, kernel, strides, dil, begin, out, mult, taps):
     subscripts = f"N{o_ax}{k_ax}C,{k_ax}C->N{o_ax}C"
     back = (0, r + 1, *range(1, r + 1))
 
-    def step(x, wk, b, y, buffers):
+    def weights(wk):       # W (C, 1, taps) -> (*kernel, tile * C): each tap's C weights tiled along the row
+        c = wk.shape[0]
+        wl = np.empty((*kernel, tile, c), dtype=wk.dtype)
+        np.copyto(wl, wk[:, 0, :].T.reshape(*kernel, 1, c))
+        return wl.reshape(*kernel, tile * c)
+
+    def step(x, wl, b, y, buffers):
         n, c = x.shape[:2]
         xp = padded(x, buffers)
         st = xp.strides
@@ -457,15 +476,14 @@ def _dw_einsum(in_sizes, kernel, strides, dil, begin, out, mult, taps):
             xp, (n, *outer, *kernel, tile * c),
             (st[0], *(st[1 + a] * strides[a] for a in range(len(outer))), *(st[1 + a] * dil[a] for a in range(r)),
              st[-1]))
-        wl = _buffer(buffers, "w", (*kernel, tile, c), x.dtype)
-        np.copyto(wl, wk[:, 0, :].T.reshape(*kernel, 1, c))
         gap = _CACHE_GAP if c * x.itemsize % _CACHE_SET_BYTES == 0 else 0
         acc = _buffer(buffers, "acc", (n, *outer, tile * c + gap), x.dtype)[..., :tile * c]
-        np.einsum(subscripts, view, wl.reshape(*kernel, tile * c), out=acc)
+        np.einsum(subscripts, view, wl, out=acc)
         acc = acc.reshape(n, *out, c) if tile > 1 else acc
         if b is not None:
             acc += b[:, 0]
         np.copyto(y[:, :, 0], acc.transpose(back))
+    step.weights = weights
     return step, math.prod(need) + math.prod(out) + _CACHE_GAP * math.prod(outer)
 
 
