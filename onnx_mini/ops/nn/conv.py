@@ -61,6 +61,12 @@ _DW_MIN_PART_MACS = 700_000
 # (136x28x28 0.326 -> 0.283 ms, 256x28x28 0.58 -> 0.51, 512x14x14 0.267 -> 0.247, 64x28x28 0.165
 # -> 0.137, 16x28x28 0.054 -> 0.051).
 _DW_EINSUM_MAX_WEIGHT_BYTES = 300 << 10
+# The channels-last result of a large image goes back to NCHW in blocks of about this many pixels:
+# each element read from a channels-last line is one of C // 16 in it, which stay in the caches
+# through a block but not through a whole plane (transpose alone, interleaved: 136x28x28 66 -> 38 us,
+# 112x28x28 54 -> 31, 240x28x28 120 -> 66; 20x20 and smaller lose, 136x20x20 17 -> 19).
+_TRANSPOSE_BLOCK_PIXELS = 196
+_TRANSPOSE_MIN_PIXELS = 576
 # Gap (elements) after each row of a channels-last result whose C values span a multiple of
 # _CACHE_SET_BYTES (see _dw_einsum).
 _CACHE_GAP = 16
@@ -461,6 +467,8 @@ def _dw_einsum(in_sizes, kernel, strides, dil, begin, out, mult, taps):
     o_ax, k_ax = letters[:len(outer)], letters[r:2 * r]
     subscripts = f"N{o_ax}{k_ax}C,{k_ax}C->N{o_ax}C"
     back = (0, r + 1, *range(1, r + 1))
+    inner = math.prod(out[1:])
+    rows = max(1, _TRANSPOSE_BLOCK_PIXELS // inner) if math.prod(out) >= _TRANSPOSE_MIN_PIXELS else out[0]
 
     def weights(wk):       # W (C, 1, taps) -> (*kernel, tile * C): each tap's C weights tiled along the row
         c = wk.shape[0]
@@ -482,9 +490,20 @@ def _dw_einsum(in_sizes, kernel, strides, dil, begin, out, mult, taps):
         acc = acc.reshape(n, *out, c) if tile > 1 else acc
         if b is not None:
             acc += b[:, 0]
-        np.copyto(y[:, :, 0], acc.transpose(back))
+        _to_channels_first(y[:, :, 0], acc.transpose(back), rows)
     step.weights = weights
     return step, math.prod(need) + math.prod(out) + _CACHE_GAP * math.prod(outer)
+
+
+def _to_channels_first(dst, src, rows):
+    """dst[...] = src (channels-last data seen as (n, c, *out)), in blocks of `rows` along the first
+    spatial axis (see _TRANSPOSE_BLOCK_PIXELS)."""
+    size = dst.shape[2]
+    if rows >= size:
+        np.copyto(dst, src)
+        return
+    for r0 in range(0, size, rows):
+        np.copyto(dst[:, :, r0:r0 + rows], src[:, :, r0:r0 + rows])
 
 
 def _dw_channels_last(in_sizes, kernel, strides, dil, begin, out, mult, taps):
