@@ -395,15 +395,17 @@ def test_conv_depthwise_einsum_strided_last_axis(monkeypatch, xs, kernel, stride
     assert_same(run_node("Conv", 22, [x, w, b], **attrs_of(**attrs)), conv_expected(x, w, b, **attrs).astype(dtype))
 
 
-@pytest.mark.parametrize("block", [1, 10, 14, 1000])
+@pytest.mark.parametrize("block,channels", [(1, 2), (10, 3), (14, 64), (1000, 1000)])
 @pytest.mark.parametrize("xs,strides", [((2, 5, 7, 6), [1, 1]), ((1, 128, 9, 5), [2, 1]), ((1, 3, 4, 5, 6), [1, 2, 1])])
-def test_conv_depthwise_einsum_result_back_in_blocks(monkeypatch, block, xs, strides):
-    """The einsum's channels-last result goes back to NCHW in blocks of rows of the first output axis
-    (at least one row, the last block partial), gapped rows (128 float32 channels) included."""
+def test_conv_depthwise_einsum_transposes_in_blocks(monkeypatch, block, channels, xs, strides):
+    """The einsum's input goes to channels-last in blocks of channels, and its channels-last result
+    back to NCHW in blocks of rows of the first output axis (at least one row; last blocks partial),
+    gapped rows (128 float32 channels) included."""
     from onnx_mini.ops.nn import conv
     force_depthwise_layout(monkeypatch, "einsum")
     monkeypatch.setattr(conv, "_TRANSPOSE_MIN_PIXELS", 1)
     monkeypatch.setattr(conv, "_TRANSPOSE_BLOCK_PIXELS", block)
+    monkeypatch.setattr(conv, "_TRANSPOSE_CHANNELS", channels)
     c, r = xs[1], len(xs) - 2
     x, w, b = ints(xs), ints((c, 1) + (3,) * r), ints((c,))
     attrs = dict(group=c, strides=strides, pads=[1] * (2 * r))

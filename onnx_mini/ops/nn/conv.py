@@ -67,6 +67,10 @@ _DW_EINSUM_MAX_WEIGHT_BYTES = 300 << 10
 # 112x28x28 54 -> 31, 240x28x28 120 -> 66; 20x20 and smaller lose, 136x20x20 17 -> 19).
 _TRANSPOSE_BLOCK_PIXELS = 196
 _TRANSPOSE_MIN_PIXELS = 576
+# Large NCHW planes go to channels-last this many channels at a time: the lines read, one per
+# channel plane, then fit the cache sets (planes of 56x56 float32 lie 196 lines apart, so 16 sets
+# take them all): 112x56x56 174 -> 130 us, 128x56x56 197 -> 148, 136x28x28 46 -> 41; 14x14 loses.
+_TRANSPOSE_CHANNELS = 64
 # Gap (elements) after each row of a channels-last result whose C values span a multiple of
 # _CACHE_SET_BYTES (see _dw_einsum).
 _CACHE_GAP = 16
@@ -440,10 +444,15 @@ def _channels_last_input(in_sizes, kernel, strides, dil, begin, out):
     dst, src = (slice(None),) + tuple(dst), (slice(None), slice(None)) + tuple(src)
     to_last = (0, *range(2, 2 + r), 1)
 
+    large = math.prod(in_sizes) >= _TRANSPOSE_MIN_PIXELS
+
     def padded(x, buffers):
-        xp = _buffer(buffers, "xp", (x.shape[0], *need, x.shape[1]), x.dtype, zeros=True)
+        c = x.shape[1]
+        xp = _buffer(buffers, "xp", (x.shape[0], *need, c), x.dtype, zeros=True)
         if not empty:
-            np.copyto(xp[dst], x[src].transpose(to_last))
+            step = _TRANSPOSE_CHANNELS if large else c
+            for c0 in range(0, c, step):
+                np.copyto(xp[dst + (slice(c0, c0 + step),)], x[src][:, c0:c0 + step].transpose(to_last))
         return xp
     return need, padded
 
