@@ -267,12 +267,55 @@ def _depthwise(x, w, b, group, kernel, strides, dil, begin, out, given_w, memo=N
     64x112x112 /2 0.90 -> 0.71 (or no gain), the nine at batch 8 59 -> 38 ms; with the other core busy
     elsewhere they gain nothing and can lose (32x112x112: 0.90 -> 1.23 once).
     """
+    memo = {} if memo is None else memo
     n = x.shape[0]
     m = w.shape[0]
     mult = m // group
-    pixels = math.prod(out)
-    flat = pixels > _DW_LAST_MAX_PIXELS
-    if flat:
+    choice = memo.get("choice")     # the formulation (by shape and dtype), then its plan: made once
+    if choice is None or choice[0] != x.dtype:
+        memo.clear()
+        choice = memo["choice"] = (x.dtype, *_depthwise_choice(x, kernel, strides, out, group, mult))
+    _, make, use_banded = choice
+    if use_banded and finite(x):
+        t = banded.weights(given_w, x.dtype, read_extent(out[1], strides[1], kernel[1], dil[1]), out[1],
+                           strides[1], dil[1])
+        if t is not None:
+            y = banded.conv(x, t, kernel, strides, dil, begin, out)
+            if b is not None:
+                y += b.reshape(m, 1, 1)
+            return y
+    y = np.empty((n, m, *out), dtype=x.dtype)
+    made = memo.get("made")
+    if made is None:
+        taps = list(np.ndindex(*kernel))
+        made = memo["made"] = (taps, *make(x.shape[2:], kernel, strides, dil, begin, out, mult, taps))
+    taps, step, plane = made
+    wk = w.reshape(group, mult, len(taps))
+    # the layout's own arrangement of W (the einsum's: every channel, one block per image), cached per constant W
+    arranged = getattr(step, "weights", None)
+    if arranged is not None:
+        wk = cached_transform(given_w, ("depthwise", make.__name__, np.dtype(x.dtype), tuple(out), tuple(strides)),
+                              lambda: arranged(wk))
+    key = ("blocks", parallel.threads(), x.itemsize)
+    blocks, want = memo.get(key) or memo.setdefault(key, _depthwise_blocks(
+        n, m, group, len(taps), plane * x.itemsize, math.prod(out), make is _dw_flat, key[1]))
+
+    def work(lo, hi):
+        buffers = {}
+        for i0, i1, c0, c1 in blocks[lo:hi]:
+            step(x[i0:i1, c0:c1], wk if arranged is not None else wk[c0:c1],
+                 None if b is None else b[c0 * mult:c1 * mult].reshape(c1 - c0, mult),
+                 y[i0:i1, c0 * mult:c1 * mult].reshape(i1 - i0, c1 - c0, mult, *out), buffers)
+    if want > 1 and len(blocks) > 1:
+        parallel.split(work, len(blocks), len(blocks) // want)
+    else:
+        work(0, len(blocks))
+    return y
+
+
+def _depthwise_choice(x, kernel, strides, out, group, mult):
+    """-> (layout maker, whether the banded products go first) for one shape."""
+    if math.prod(out) > _DW_LAST_MAX_PIXELS:
         make = _dw_flat
     elif mult == 1:
         make = _dw_einsum
@@ -284,33 +327,16 @@ def _depthwise(x, w, b, group, kernel, strides, dil, begin, out, given_w, memo=N
                         math.prod(kernel) * tile * group * x.itemsize > _DW_EINSUM_MAX_WEIGHT_BYTES)
     else:
         banded_first = True
-    if banded_first and banded.fits(x, kernel, mult, out) and finite(x):
-        t = banded.weights(given_w, x.dtype, read_extent(out[1], strides[1], kernel[1], dil[1]), out[1],
-                           strides[1], dil[1])
-        if t is not None:
-            y = banded.conv(x, t, kernel, strides, dil, begin, out)
-            if b is not None:
-                y += b.reshape(m, 1, 1)
-            return y
-    y = np.empty((n, m, *out), dtype=x.dtype)
-    made = None if memo is None else memo.get(make)       # the layout's plan, made once per shape
-    if made is None:
-        taps = list(np.ndindex(*kernel))
-        made = (taps, *make(x.shape[2:], kernel, strides, dil, begin, out, mult, taps))
-        if memo is not None:
-            memo[make] = made
-    taps, step, plane = made
-    wk = w.reshape(group, mult, len(taps))
-    # the layout's own arrangement of W (the einsum's: every channel, one block per image), cached per constant W
-    arranged = getattr(step, "weights", None)
-    if arranged is not None:
-        wk = cached_transform(given_w, ("depthwise", make.__name__, np.dtype(x.dtype), tuple(out), tuple(strides)),
-                              lambda: arranged(wk))
-    # Blocks of whole images, or of channels of one image, of at most _DW_BLOCK_BYTES of scratch (flat),
-    # at least `want` of them for the threads. One image in channels-last stays one block: splitting
-    # its channels shortens the inner loops (512x14x14 on two threads: 0.39 -> 0.66 ms).
-    per_image = group * plane * x.itemsize
-    want = max(1, min(parallel.threads(), n * m * pixels * len(taps) // _DW_MIN_PART_MACS))
+    return make, banded_first and banded.fits(x, kernel, mult, out)
+
+
+def _depthwise_blocks(n, m, group, taps, per_channel_bytes, pixels, flat, threads):
+    """-> (blocks (i0, i1, c0, c1), want): blocks of whole images, or of channels of one image, of at
+    most _DW_BLOCK_BYTES of scratch (flat), at least `want` of them for the threads. One image in
+    channels-last stays one block: splitting its channels shortens the inner loops (512x14x14 on two
+    threads: 0.39 -> 0.66 ms)."""
+    per_image = group * per_channel_bytes
+    want = max(1, min(threads, n * m * pixels * taps // _DW_MIN_PART_MACS))
     if n > 1 and (per_image <= _DW_BLOCK_BYTES or not flat):
         per = max(1, min(_DW_BLOCK_BYTES // per_image, n // want))
         blocks = [(i, min(n, i + per), 0, group) for i in range(0, n, per)]
@@ -322,17 +348,7 @@ def _depthwise(x, w, b, group, kernel, strides, dil, begin, out, given_w, memo=N
         blocks = [(i, i + 1, c, min(group, c + per)) for i in range(n) for c in range(0, group, per)]
     else:
         blocks = [(0, 1, 0, group)]
-
-    def work(lo, hi):
-        buffers = {}
-        for i0, i1, c0, c1 in blocks[lo:hi]:
-            step(x[i0:i1, c0:c1], wk if arranged is not None else wk[c0:c1], None if b is None else b[c0 * mult:c1 * mult].reshape(c1 - c0, mult),
-                 y[i0:i1, c0 * mult:c1 * mult].reshape(i1 - i0, c1 - c0, mult, *out), buffers)
-    if want > 1 and len(blocks) > 1:
-        parallel.split(work, len(blocks), len(blocks) // want)
-    else:
-        work(0, len(blocks))
-    return y
+    return blocks, want
 
 
 def _buffer(buffers, name, shape, dtype, zeros=False):
@@ -341,7 +357,8 @@ def _buffer(buffers, name, shape, dtype, zeros=False):
     buf = buffers.get(name)
     if buf is None or buf.dtype != dtype or any(h < s for h, s in zip(buf.shape, shape)):
         buf = buffers[name] = (np.zeros if zeros else np.empty)(shape, dtype=dtype)
-    return buf[tuple(slice(0, s) for s in shape)]
+        return buf
+    return buf if buf.shape == shape else buf[tuple(slice(0, s) for s in shape)]
 
 
 def _dw_flat(in_sizes, kernel, strides, dil, begin, out, mult, taps):
@@ -485,17 +502,24 @@ def _dw_einsum(in_sizes, kernel, strides, dil, begin, out, mult, taps):
         np.copyto(wl, wk[:, 0, :].T.reshape(*kernel, 1, c))
         return wl.reshape(*kernel, tile * c)
 
+    shapes = {}         # padded input's (shape, strides) -> (window view shape, its strides, scratch shape)
+
+    def geometry(xp):
+        n, c = xp.shape[0], xp.shape[-1]
+        st = xp.strides
+        gap = _CACHE_GAP if c * xp.itemsize % _CACHE_SET_BYTES == 0 else 0
+        return ((n, *outer, *kernel, tile * c),
+                (st[0], *(st[1 + a] * strides[a] for a in range(len(outer))),
+                 *(st[1 + a] * dil[a] for a in range(r)), st[-1]),
+                (n, *outer, tile * c + gap))
+
     def step(x, wl, b, y, buffers):
         n, c = x.shape[:2]
         xp = padded(x, buffers)
-        st = xp.strides
-        view = strided_view(
-            xp, (n, *outer, *kernel, tile * c),
-            (st[0], *(st[1 + a] * strides[a] for a in range(len(outer))), *(st[1 + a] * dil[a] for a in range(r)),
-             st[-1]))
-        gap = _CACHE_GAP if c * x.itemsize % _CACHE_SET_BYTES == 0 else 0
-        acc = _buffer(buffers, "acc", (n, *outer, tile * c + gap), x.dtype)[..., :tile * c]
-        np.einsum(subscripts, view, wl, out=acc)
+        key = (xp.shape, xp.strides)
+        view_shape, view_strides, acc_shape = shapes.get(key) or shapes.setdefault(key, geometry(xp))
+        acc = _buffer(buffers, "acc", acc_shape, x.dtype)[..., :tile * c]
+        np.einsum(subscripts, strided_view(xp, view_shape, view_strides), wl, out=acc)
         acc = acc.reshape(n, *out, c) if tile > 1 else acc
         if b is not None:
             acc += b[:, 0]
