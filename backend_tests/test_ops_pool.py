@@ -289,6 +289,50 @@ def test_attributes_against_reference(op, shape, attrs, since):
         np.testing.assert_allclose(y, exp, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("op", [MAX, AVG])
+@pytest.mark.parametrize("shape,attrs,since", CASES)
+@pytest.mark.parametrize("include_pad", [0, 1])
+def test_pools_straight_from_the_unpadded_input(monkeypatch, op, shape, attrs, since, include_pad):
+    """The windows reduced from the unpadded input (pool._box_direct: a tap every output reads inside
+    the input first, the others on the outputs they read inside it), forced wherever an axis has
+    such a tap, against the reference; where none has, the padded path answers the same."""
+    from onnx_mini.ops.nn import pool
+    monkeypatch.setattr(pool, "_DIRECT_MIN_STRIDE", 1)
+    monkeypatch.setattr(pool, "_DIRECT_PADDED_ONLY", False)
+    if op == MAX and include_pad:
+        return
+    x = data(shape, seed=5)
+    exp, _ = ref_pool(x.astype(np.float64), op, attrs["kernel_shape"], **ref_args(attrs, include_pad=bool(include_pad)))
+    for v in case_versions(op, since):
+        if op == AVG and include_pad and v < 7:
+            continue
+        extra = dict(count_include_pad=include_pad) if op == AVG and v >= 7 else {}
+        y = run_node(op, v, [x], **attrs, **extra)
+        y = y[0] if isinstance(y, (list, tuple)) else y
+        np.testing.assert_allclose(y, exp, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape,kernel,strides,pads,direct", [
+    ((1, 4, 12, 12), [3, 3], [2, 2], [1, 1, 1, 1], True),      # ResNet's and ShuffleNet's pools
+    ((1, 4, 12, 12), [3, 3], [2, 2], [0, 0, 0, 0], False),     # unpadded: the flat rows are faster
+    ((1, 4, 12, 12), [3, 3], [1, 1], [1, 1, 1, 1], False),     # stride 1: likewise
+    ((1, 4, 12, 12), [3, 3], [2, 1], [1, 1, 1, 1], False),
+    ((1, 4, 4, 4), [2, 2], [2, 2], [1, 1, 1, 1], False),       # no tap reads inside for every output
+])
+def test_pools_pick_the_unpadded_reduction(monkeypatch, shape, kernel, strides, pads, direct):
+    from onnx_mini.ops.nn import pool
+    calls = []
+    original = pool._box_direct
+    monkeypatch.setattr(pool, "_box_direct", lambda *a: calls.append(1) or original(*a))
+    x = data(shape, seed=6)
+    for op in (MAX, AVG):
+        exp, _ = ref_pool(x.astype(np.float64), op, kernel, strides=strides, pads=pads)
+        y = run_node(op, 19 if op == AVG else 12, [x], kernel_shape=kernel, strides=strides, pads=pads)
+        y = y[0] if isinstance(y, (list, tuple)) else y
+        np.testing.assert_allclose(y, exp, rtol=1e-5, atol=1e-6)
+    assert len(calls) == (2 if direct else 0)
+
+
 @pytest.mark.parametrize("shape,attrs,since", CASES)
 def test_averagepool_count_include_pad(shape, attrs, since):
     x = data(shape, seed=1)
