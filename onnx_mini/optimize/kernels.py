@@ -18,6 +18,7 @@ from ..errors import InvalidValueError
 from ..ops._common import UPCAST, with_scalar
 from ..ops.math.activations import gelu_20, swish_24
 from ..ops.math.matmul import gemm_11, matmul_1
+from ..ops.nn._common import cached_transform
 from ..ops.nn.conv import _conv, conv_1
 from ..ops.nn.normalization import layer_normalization_17
 from ..registry import kernel, resolve
@@ -159,7 +160,8 @@ def fused_conv(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
         # is Reshape's for dimensions that are all given).
         if (x.dtype in _INPLACE and w.dtype == x.dtype and x.ndim == 4 and w.ndim == 4
                 and (x.shape[0], w.shape[0], *x.shape[2:]) == dims):
-            bs = None if b is None else b.reshape(shuffle, -1).T.reshape(-1)
+            bs = None if b is None else cached_transform(b, ("shuffled", shuffle),
+                                                          lambda: b.reshape(shuffle, -1).T.reshape(-1))
             return _conv(x, w, bs, auto_pad, dilations, group, kernel_shape, pads, strides,
                          None if act is None else lambda y, i0, i1: act(y), shuffle=True, layouts=layouts)
         y = general(x, w, b)
