@@ -636,3 +636,66 @@ def test_conv_bias_stays_where_the_next_conv_would_see_padding_or_others_read_it
     assert len(opt.plan.infos[0].inputs) == 3          # A keeps its bias
     for got, want in zip(opt.run([x]), onnx_mini.prepare(m, optimize=False).run([x])):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+# -- Relu through Concat ---------------------------------------------------------------------------
+
+def unit_model(pool="AveragePool", pool_attrs=None, extra_outputs=(), concat_first="conv", conv_pads=1):
+    """ShuffleNet's stride-2 unit: Relu'd input, a strided Conv branch and a pooled branch, Concat, Relu."""
+    pool_attrs = pool_attrs if pool_attrs is not None else dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    branches = ["c", "p"] if concat_first == "conv" else ["p", "c"]
+    k = 3 if conv_pads == 1 else 1
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Conv", ["r", "w", "b"], ["c"], strides=[2, 2], pads=[conv_pads] * 4),
+             helper.make_node(pool, ["r"], ["p"], **pool_attrs),
+             helper.make_node("Concat", branches, ["cat"], axis=1),
+             helper.make_node("Relu", ["cat"], ["y"])]
+    outputs = [("y", F, None)] + [(o, F, None) for o in extra_outputs]
+    return model(nodes, [("x", F, [1, 3, 8, 8])], outputs, [init("w", rand(4, 3, k, k)), init("b", rand(4))])
+
+
+def unit_input():
+    x = rand(1, 3, 8, 8)
+    x[0, 0, 0, :3] = [np.nan, -np.inf, np.inf]
+    return [x]
+
+
+@pytest.mark.parametrize("pool, attrs", [
+    ("AveragePool", None), ("MaxPool", None), ("MaxPool", dict(kernel_shape=[2, 2], strides=[2, 2])),
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER")),
+    ("AveragePool", dict(kernel_shape=[2, 2], strides=[2, 2], pads=[2, 2, 2, 2], count_include_pad=0)),
+])
+@pytest.mark.parametrize("first", ["conv", "pool"])
+def test_relu_after_concat_runs_on_the_branches_that_can_be_negative(pool, attrs, first):
+    """The Relu goes onto the convolution's branch (fused into it); the pooled branch pools a Relu's
+    output: values >= 0, or NaN (an average over padding only), which Relu keeps."""
+    wide = bool(attrs) and attrs.get("pads") == [2, 2, 2, 2]       # a 1x1 conv padded 2 matches its 6x6
+    m = unit_model(pool, attrs, concat_first=first, conv_pads=2 if wide else 1)
+    check(m, unit_input(), ["Relu", pool, (FUSED, "Conv"), "Concat"])
+
+
+def test_relu_after_concat_stays_where_no_branch_is_known_non_negative():
+    # a MaxPool whose padding covers a whole window reads -inf there: not non-negative
+    m = unit_model("MaxPool", dict(kernel_shape=[1, 1], strides=[2, 2], pads=[2, 2, 2, 2]), conv_pads=2)
+    check(m, unit_input(), ["Relu", "Conv", "MaxPool", "Concat", "Relu"])
+    # the Concat's output is needed as it is
+    check(unit_model(extra_outputs=["cat"]), unit_input(), ["Relu", "Conv", "AveragePool", "Concat", "Relu"])
+    # nothing known: Relu(x) is a graph input's, the pooled branch pools x itself
+    nodes = [helper.make_node("AveragePool", ["x"], ["p"], kernel_shape=[2, 2]),
+             helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[2, 2]),
+             helper.make_node("Concat", ["c", "p"], ["cat"], axis=1), helper.make_node("Relu", ["cat"], ["y"])]
+    check(model(nodes, [("x", F, [1, 3, 6, 6])], [("y", F, None)], [init("w", rand(2, 3, 2, 2))]),
+          [rand(1, 3, 6, 6)], ["AveragePool", "Conv", "Concat", "Relu"])
+
+
+def test_relu_after_nested_concats_and_global_pools():
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("GlobalMaxPool", ["r"], ["g1"]), helper.make_node("GlobalAveragePool", ["r"], ["g2"]),
+             helper.make_node("Concat", ["g1", "g2"], ["inner"], axis=1),
+             helper.make_node("Neg", ["x"], ["n"]), helper.make_node("GlobalAveragePool", ["n"], ["g3"]),
+             helper.make_node("Concat", ["inner", "g3", "g3"], ["cat"], axis=1),
+             helper.make_node("Relu", ["cat"], ["y"])]
+    opt = check(model(nodes, [("x", F, [2, 3, 4, 4])], [("y", F, None)]), [rand(2, 3, 4, 4)],
+                ["Relu", "GlobalMaxPool", "GlobalAveragePool", "Concat", "Neg", "GlobalAveragePool", "Relu",
+                 "Concat"])
+    assert opt.run([rand(2, 3, 4, 4)])[0].shape == (2, 12, 1, 1)

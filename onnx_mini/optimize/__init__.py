@@ -15,6 +15,8 @@ or captured by a subgraph, and keep results within the official tolerances:
   scale and bias; the BatchNormalization then folded into a preceding Conv / ConvTranspose / Gemm /
   MatMul with constant weights (new weights and bias initializers);
 - bias_through.py: a Conv's bias carried into the 1x1 Conv that alone reads its output;
+- relu_concat.py: a Relu after a Concat applied to the Concat's inputs that can be negative only
+  (then fused into their convolutions);
 - fuse.py: MatMul + Add bias, Conv + Add / Sum residual, and Conv / Gemm / MatMul / BatchNormalization
   + activation (Relu, Clip, LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Tanh, SiLU), one step each;
 - channel_shuffle.py: ShuffleNet's Reshape -> Transpose -> Reshape channel shuffle after a grouped
@@ -37,6 +39,7 @@ from .channel_shuffle import fold_channel_shuffle
 from .fuse import fuse_activations, fuse_conv_add, fuse_matmul_add
 from .identities import eliminate_identities
 from .patterns import fuse_patterns
+from .relu_concat import push_relu_into_concat
 from .shapes import fold_static_shapes
 from . import kernels  # noqa: F401  (registers the fused kernels)
 
@@ -85,6 +88,7 @@ def _optimize(graph, opsets, functions, outer_scope, static_inputs, passes) -> G
     if "fuse" in passes:
         fuse_matmul_add(ctx)
         fuse_conv_add(ctx)
+        push_relu_into_concat(ctx)
         fuse_activations(ctx)
         fold_channel_shuffle(ctx)
     if "dead_code" in passes:
