@@ -316,6 +316,16 @@ def test_max_and_min_against_a_constant_are_numpys_bit_for_bit(dtype, size):
                               want[: size // 8 * 8].reshape(8, -1))
 
 
+def test_constant_runs_are_kept_apart_by_value_type_and_nan():
+    # the runs with_scalar keeps are found by the constant's type and text: a float32 0.1 is not a
+    # float64 0.1 in a float64 run, and a NaN constant finds its own run again
+    x = np.random.default_rng(3).standard_normal(5000)
+    for v in (np.float32(0.1), 0.1, np.float32(0.1)):
+        assert np.array_equal(with_scalar(np.minimum, x, v), np.minimum(x, np.float64(v)))
+    for _ in range(2):
+        assert np.isnan(with_scalar(np.maximum, x, float("nan"))).all()
+
+
 @pytest.mark.parametrize("op, attrs, formula", [
     ("Relu", {}, lambda x: np.where(x > 0, x, 0)),
     ("Clip", {"min": -0.5, "max": 0.25}, lambda x: np.where(x < -0.5, -0.5, np.where(x > 0.25, 0.25, x))),

@@ -144,24 +144,27 @@ def with_scalar(ufunc, x: np.ndarray, value, out: np.ndarray | None = None) -> n
     """ufunc(x, value, out=out) for np.maximum / np.minimum and a scalar value of x's type, faster on
     contiguous float32/float64 arrays; exactly numpy's result (NaN propagates) in every case."""
     dt = x.dtype
-    if (dt not in _RUN_DTYPES or x.size < 1024 or not x.flags.c_contiguous
-            or (out is not None and (out.shape != x.shape or out.dtype != dt or not out.flags.c_contiguous))):
+    if (x.size < 1024 or dt not in _RUN_DTYPES or not x.flags.c_contiguous
+            or (out is not None and out is not x
+                and (out.shape != x.shape or out.dtype != dt or not out.flags.c_contiguous))):
         return as_array(ufunc(x, dt.type(value) if dt.kind in "iuf" else value, out=out))
-    v = dt.type(value)
-    key = (dt, v.tobytes())
+    key = (dt, type(value), str(value))     # str: -0.0 apart from 0.0, and NaN equal to itself
     run = _runs.get(key)
     if run is None:
         if len(_runs) >= 16:
             _runs.clear()
-        run = _runs[key] = np.full(_RUN, v, dtype=dt)
+        run = _runs[key] = np.full(_RUN, dt.type(value), dtype=dt)
         run.flags.writeable = False
     if out is None:
         out = np.empty_like(x)
     xf, of = x.reshape(-1), out.reshape(-1)
-    rows, tail = divmod(x.size, _RUN)
+    n = xf.size
+    if n <= _RUN:                       # one run (the usual layer output): no row split
+        ufunc(xf, run[:n], out=of)
+        return out
+    rows, tail = divmod(n, _RUN)
     body = rows * _RUN
-    if rows:
-        ufunc(xf[:body].reshape(rows, _RUN), run, out=of[:body].reshape(rows, _RUN))
+    ufunc(xf[:body].reshape(rows, _RUN), run, out=of[:body].reshape(rows, _RUN))
     if tail:
         ufunc(xf[body:], run[:tail], out=of[body:])
     return out

@@ -142,8 +142,12 @@ def _conv(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides, epil
     if n == 0 or m == 0 or cg == 0:    # nothing to sum: the output is the bias alone
         y = np.zeros((n, m, *out), dtype=x.dtype)
     elif pointwise:
-        return _per_image(_pointwise, x, m, out, finish, w.reshape(group, m // group, cg), out,
-                          shuffle).astype(dtype, copy=False)
+        wg = w.reshape(group, m // group, cg)
+        if n == 1:                     # one image: finished directly (a small Conv's fixed cost counts)
+            y = _pointwise(x, wg, out, shuffle)
+            finish(y, 0, 1)
+            return y.astype(dtype, copy=False)
+        return _per_image(_pointwise, x, m, out, finish, wg, out, shuffle).astype(dtype, copy=False)
     elif shuffle:
         raise ValueError("a channel shuffle is folded only into pointwise Conv")
     elif cg == 1 and group > 1:
