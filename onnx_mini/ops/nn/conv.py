@@ -292,17 +292,21 @@ def _depthwise(x, w, b, group, kernel, strides, dil, begin, out, given_w, memo=N
     made = memo.get("made")
     if made is None:
         taps = list(np.ndindex(*kernel))
-        made = memo["made"] = (taps, *make(x.shape[2:], kernel, strides, dil, begin, out, mult, taps))
-    taps, step, plane = made
+        step, plane = make(x.shape[2:], kernel, strides, dil, begin, out, mult, taps)
+        # the layout's own arrangement of W (the einsum's: every channel, one block per image), cached
+        # per constant W under this key
+        key = ("depthwise", make.__name__, np.dtype(x.dtype), tuple(out), tuple(strides))
+        made = memo["made"] = (taps, step, plane, getattr(step, "weights", None), key)
+    taps, step, plane, arranged, key = made
     wk = w.reshape(group, mult, len(taps))
-    # the layout's own arrangement of W (the einsum's: every channel, one block per image), cached per constant W
-    arranged = getattr(step, "weights", None)
     if arranged is not None:
-        wk = cached_transform(given_w, ("depthwise", make.__name__, np.dtype(x.dtype), tuple(out), tuple(strides)),
-                              lambda: arranged(wk))
+        wk = cached_transform(given_w, key, lambda: arranged(wk))
     key = ("blocks", parallel.threads(), x.itemsize)
     blocks, want = memo.get(key) or memo.setdefault(key, _depthwise_blocks(
         n, m, group, len(taps), plane * x.itemsize, math.prod(out), make is _dw_flat, key[1]))
+    if len(blocks) == 1 and arranged is not None:     # the einsum on the whole input (a small Conv's cost counts)
+        step(x, wk, None if b is None else b.reshape(m, 1), y.reshape(n, m, 1, *out), {})
+        return y
 
     def work(lo, hi):
         buffers = {}
