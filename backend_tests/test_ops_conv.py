@@ -383,11 +383,18 @@ def test_conv_depthwise_einsum_rows_merged_and_gapped(monkeypatch, dtype, c, str
     ((1, 5, 12), [4], [3], [1], [2, 1]),                        # 1-D
 ])
 @pytest.mark.parametrize("dtype, c_scale", [(np.float32, 1), (np.float32, 32), (np.float64, 16)])
-def test_conv_depthwise_einsum_strided_last_axis(monkeypatch, xs, kernel, strides, dil, pads, dtype, c_scale):
-    """The einsum layout with a stride along the last axis (its inner loop then along C): strides,
-    dilations and paddings of every kind, channel counts whose pixels get a cache gap (128 float32,
-    64 float64), against the direct sum."""
+@pytest.mark.parametrize("phases", [False, True])
+def test_conv_depthwise_einsum_strided_last_axis(monkeypatch, xs, kernel, strides, dil, pads, dtype, c_scale,
+                                                  phases):
+    """The einsum layout with a stride along the last axis: its inner loop along C, or (large images,
+    forced here) along whole rows of the input's column phases; strides, dilations and paddings of
+    every kind, channel counts whose pixels get a cache gap (128 float32, 64 float64), against the
+    direct sum."""
+    from onnx_mini.ops.nn import conv
     force_depthwise_layout(monkeypatch, "einsum")
+    if phases:
+        monkeypatch.setattr(conv, "_TRANSPOSE_MIN_PIXELS", 1)
+        monkeypatch.setattr(conv, "_TRANSPOSE_CHANNELS", 5)
     xs = (xs[0], xs[1] * c_scale, *xs[2:])
     c = xs[1]
     x, w, b = ints(xs, dtype=dtype), ints((c, 1, *kernel), dtype=dtype), ints((c,), dtype=dtype)

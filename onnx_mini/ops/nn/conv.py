@@ -295,7 +295,8 @@ def _depthwise(x, w, b, group, kernel, strides, dil, begin, out, given_w, memo=N
         step, plane = make(x.shape[2:], kernel, strides, dil, begin, out, mult, taps)
         # the layout's own arrangement of W (the einsum's: every channel, one block per image), cached
         # per constant W under this key
-        key = ("depthwise", make.__name__, np.dtype(x.dtype), tuple(out), tuple(strides))
+        key = ("depthwise", make.__name__, getattr(step, "arrangement", None), np.dtype(x.dtype), tuple(out),
+               tuple(strides))
         made = memo["made"] = (taps, step, plane, getattr(step, "weights", None), key)
     taps, step, plane, arranged, key = made
     wk = w.reshape(group, mult, len(taps))
@@ -490,25 +491,44 @@ def _dw_einsum(in_sizes, kernel, strides, dil, begin, out, mult, taps):
     With stride 1 along the last axis a window row is one contiguous run of out[-1]*C values, so the
     last output axis and C merge into einsum's inner loop, against the weights tiled out[-1] times
     (3x3, batch 1, bias included, interleaved: 136x28x28 0.43 -> 0.33 ms, 272x14x14 0.176 -> 0.161).
+    A large image with a stride s along the last axis gets the same long inner loop from its column
+    phases (_column_phases_input: phase p holding the padded columns j*s + p): a tap t*d = q*s + p
+    reads phase p from column q on, so the window sum runs over (p, q) slots, those without a tap
+    weighted 0 (3x3 stride 2: 12 slots for 9 taps; 112x56x56 /2 451 -> 379 us, 128x56x56 /2 509 ->
+    465; small ones lose: 272x14x14 /2 63 -> 71, 512x14x14 /2 103 -> 159).
     The channels-last result keeps a gap after each row (merged) or pixel (C of them otherwise) when
     C values span a multiple of 512 bytes: reading it back with such a power-of-two stride thrashes
     the cache sets (512x14x14: the copy back 227 -> 53 us; 1024x7x7 132 -> 16)."""
     r = len(kernel)
-    need, padded = _channels_last_input(in_sizes, kernel, strides, dil, begin, out)
+    phased = strides[-1] > 1 and math.prod(out) >= _TRANSPOSE_MIN_PIXELS
+    if phased:
+        need, padded = _column_phases_input(in_sizes, kernel, strides, dil, begin, out)
+        slots = (strides[-1], (kernel[-1] - 1) * dil[-1] // strides[-1] + 1)     # (p, q) along the last axis
+        window = (*kernel[:-1], *slots)
+    else:
+        need, padded = _channels_last_input(in_sizes, kernel, strides, dil, begin, out)
+        window = tuple(kernel)
     letters = "abcdefghijklmnopqrstuvwxyz"
-    tile = out[-1] if strides[-1] == 1 else 1
+    tile = out[-1] if strides[-1] == 1 or phased else 1
     outer = out[:-1] if tile > 1 else out
-    o_ax, k_ax = letters[:len(outer)], letters[r:2 * r]
+    o_ax, k_ax = letters[:len(outer)], letters[r:r + len(window)]
     subscripts = f"N{o_ax}{k_ax}C,{k_ax}C->N{o_ax}C"
     back = (0, r + 1, *range(1, r + 1))
     inner = math.prod(out[1:])
     rows = max(1, _TRANSPOSE_BLOCK_PIXELS // inner) if math.prod(out) >= _TRANSPOSE_MIN_PIXELS else out[0]
 
-    def weights(wk):       # W (C, 1, taps) -> (*kernel, tile * C): each tap's C weights tiled along the row
+    def weights(wk):       # W (C, 1, taps) -> (*window, tile * C): each tap's C weights tiled along the row
         c = wk.shape[0]
-        wl = np.empty((*kernel, tile, c), dtype=wk.dtype)
-        np.copyto(wl, wk[:, 0, :].T.reshape(*kernel, 1, c))
-        return wl.reshape(*kernel, tile * c)
+        taps_c = wk[:, 0, :].T.reshape(*kernel, 1, c)
+        if not phased:
+            wl = np.empty((*kernel, tile, c), dtype=wk.dtype)
+            np.copyto(wl, taps_c)
+        else:
+            wl = np.zeros((*window, tile, c), dtype=wk.dtype)
+            for t in range(kernel[-1]):
+                q, p = divmod(t * dil[-1], strides[-1])
+                np.copyto(wl[..., p, q, :, :], taps_c[..., t, :, :])
+        return wl.reshape(*window, tile * c)
 
     shapes = {}         # padded input's (shape, strides) -> (window view shape, its strides, scratch shape)
 
@@ -516,9 +536,12 @@ def _dw_einsum(in_sizes, kernel, strides, dil, begin, out, mult, taps):
         n, c = xp.shape[0], xp.shape[-1]
         st = xp.strides
         gap = _CACHE_GAP if c * xp.itemsize % _CACHE_SET_BYTES == 0 else 0
-        return ((n, *outer, *kernel, tile * c),
-                (st[0], *(st[1 + a] * strides[a] for a in range(len(outer))),
-                 *(st[1 + a] * dil[a] for a in range(r)), st[-1]),
+        if phased:      # xp (n, *need[:-1], s, columns, C): rows as usual, then (p, q) slots
+            window_strides = (*(st[1 + a] * dil[a] for a in range(r - 1)), st[r], st[r + 1])
+        else:
+            window_strides = tuple(st[1 + a] * dil[a] for a in range(r))
+        return ((n, *outer, *window, tile * c),
+                (st[0], *(st[1 + a] * strides[a] for a in range(len(outer))), *window_strides, st[-1]),
                 (n, *outer, tile * c + gap))
 
     def step(x, wl, b, y, buffers):
@@ -533,7 +556,41 @@ def _dw_einsum(in_sizes, kernel, strides, dil, begin, out, mult, taps):
             acc += b[:, 0]
         _to_channels_first(y[:, :, 0], acc.transpose(back), rows)
     step.weights = weights
+    step.arrangement = (phased, window, tile)
     return step, math.prod(need) + math.prod(out) + _CACHE_GAP * math.prod(outer)
+
+
+def _column_phases_input(in_sizes, kernel, strides, dil, begin, out):
+    """Like _channels_last_input, with the last axis (stride s) stored as s column phases: the block x
+    (n, c, *in_sizes) goes to (n, *need[:-1], s, columns, c), phase p's column j holding padded
+    column j*s + p (zeros where padding). -> (buffer shape per image and channel, padded)."""
+    r = len(kernel)
+    s, o, i, b = strides[-1], out[-1], in_sizes[-1], begin[-1]
+    columns = o + (kernel[-1] - 1) * dil[-1] // s
+    need = [read_extent(o_, s_, k, d) for o_, s_, k, d in zip(out[:-1], strides[:-1], kernel[:-1], dil[:-1])]
+    dst, src = read_region(in_sizes[:-1], begin[:-1], need)
+    empty = any(d.stop <= d.start for d in dst)
+    to_last = (0, *range(2, 2 + r), 1)
+    phases = []          # (p, destination columns, source columns): input column j*s + p - b
+    for p in range(s):
+        lo = max(0, -((p - b) // s))
+        hi = min(columns, (i - 1 + b - p) // s + 1)
+        if hi > lo:
+            first = lo * s + p - b
+            phases.append((p, slice(lo, hi), slice(first, first + (hi - lo - 1) * s + 1, s)))
+    large = math.prod(in_sizes) >= _TRANSPOSE_MIN_PIXELS
+
+    def padded(x, buffers):
+        c = x.shape[1]
+        xp = _buffer(buffers, "xp", (x.shape[0], *need, s, columns, c), x.dtype, zeros=True)
+        if not empty:
+            step = _TRANSPOSE_CHANNELS if large else c
+            for p, cols, src_cols in phases:
+                for c0 in range(0, c, step):
+                    np.copyto(xp[(slice(None), *dst, p, cols, slice(c0, c0 + step))],
+                              x[(slice(None), slice(c0, c0 + step), *src, src_cols)].transpose(to_last))
+        return xp
+    return [*need, s * columns], padded
 
 
 def _to_channels_first(dst, src, rows):
