@@ -305,12 +305,18 @@ def force_depthwise_layout(monkeypatch, layout):
         monkeypatch.setattr(conv, "_dw_einsum", conv._dw_channels_last)
 
 
-@pytest.mark.parametrize("layout", ["flat", "channels-last", "einsum", "banded"])
+@pytest.mark.parametrize("layout", ["flat", "channels-last", "einsum", "einsum-large", "banded"])
 @pytest.mark.parametrize("xs,ws,bias,attrs", [pytest.param(*c[1:], id=c[0]) for c in DEPTHWISE_CASES])
 def test_conv_depthwise_layouts(monkeypatch, layout, xs, ws, bias, attrs):
     """Each depthwise layout (force_depthwise_layout) on small inputs, in blocks of images or
-    channels as small as they go, a thread per block."""
+    channels as small as they go, a thread per block; einsum-large: the einsum as it runs on large
+    images (column phases when strided along the last axis, transposes in blocks)."""
     from onnx_mini.ops.nn import conv
+    if layout == "einsum-large":
+        layout = "einsum"
+        monkeypatch.setattr(conv, "_TRANSPOSE_MIN_PIXELS", 1)
+        monkeypatch.setattr(conv, "_TRANSPOSE_CHANNELS", 2)
+        monkeypatch.setattr(conv, "_TRANSPOSE_BLOCK_PIXELS", 3)
     force_depthwise_layout(monkeypatch, layout)
     monkeypatch.setattr(conv, "_DW_BLOCK_BYTES", 1)
     monkeypatch.setattr(conv, "_DW_MIN_PART_MACS", 1)
