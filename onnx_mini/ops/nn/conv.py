@@ -298,13 +298,14 @@ def _depthwise(x, w, b, group, kernel, strides, dil, begin, out, given_w, memo=N
         key = ("depthwise", make.__name__, getattr(step, "arrangement", None), np.dtype(x.dtype), tuple(out),
                tuple(strides))
         made = memo["made"] = (taps, step, plane, getattr(step, "weights", None), key)
-    taps, step, plane, arranged, key = made
+    taps, step, plane, arranged, weights_key = made
     wk = w.reshape(group, mult, len(taps))
     if arranged is not None:
-        wk = cached_transform(given_w, key, lambda: arranged(wk))
-    key = ("blocks", parallel.threads(), x.itemsize)
-    blocks, want = memo.get(key) or memo.setdefault(key, _depthwise_blocks(
-        n, m, group, len(taps), plane * x.itemsize, math.prod(out), make is _dw_flat, key[1]))
+        wk = cached_transform(given_w, weights_key, lambda: arranged(wk))
+    threads = parallel.threads()
+    blocks, want = memo.get(("blocks", threads, x.itemsize)) or memo.setdefault(
+        ("blocks", threads, x.itemsize), _depthwise_blocks(n, m, group, len(taps), plane * x.itemsize,
+                                                           math.prod(out), make is _dw_flat, threads))
     if len(blocks) == 1 and arranged is not None:     # the einsum on the whole input (a small Conv's cost counts)
         step(x, wk, None if b is None else b.reshape(m, 1), y.reshape(n, m, 1, *out), {})
         return y

@@ -131,7 +131,8 @@ def _direct_plan(in_sizes, kernel, strides, dilations, begin, extra, out, min_st
     """How _box_direct reduces the windows from the unpadded input, or None where _box is faster or
     needed. Per spatial axis: (stride, offset of a tap every output position reads inside the input,
     ((offset, lo, hi) of each other tap: the outputs lo..hi-1 it reads inside the input)), offsets
-    being the input position output 0's tap reads. Only for padded pools with every stride > 1: there
+    being the input position output 0's tap reads. By default only for padded pools with every stride
+    at least 2 (_DIRECT_MIN_STRIDE, _DIRECT_PADDED_ONLY; the tests force it everywhere): there
     it skips _box's padded copy and its strided crop (3x3 stride 2 pad 1, interleaved, with the copy
     a consumer makes of the crop: MaxPool 24x112x112 238 -> 210 us, 64x112x112 607 -> 522,
     AveragePool 136x28x28 141 -> 114, 272x14x14 114 -> 88); unpadded or at stride 1 it loses
@@ -233,7 +234,7 @@ def _max_pool(kernel_shape, strides, pads, dilations, auto_pad, ceil_mode, stora
             if _one_window(in_sizes, kernel, dilations, begin, end, extra):
                 return np.maximum.reduce(xc, axis=tuple(range(2, xc.ndim)), keepdims=True).astype(dtype, copy=False)
             direct = _direct_plan(in_sizes, kernel, strides, dilations, begin, extra, out, _DIRECT_MIN_STRIDE,
-                              _DIRECT_PADDED_ONLY)
+                                  _DIRECT_PADDED_ONLY)
 
             def pooled(xs):
                 if direct is not None:
