@@ -71,4 +71,5 @@ def _windows_read_input(attrs) -> bool:
     if str(attrs.get("auto_pad", "NOTSET")) != "NOTSET" or not pads:
         return True
     r = len(kernel)
-    return len(pads) == 2 * r and len(dil) == r and all(p <= (kernel[i % r] - 1) * dil[i % r] for i, p in enumerate(pads))
+    return len(pads) == 2 * r and len(dil) == r and all(p <= (kernel[i % r] - 1) * dil[i % r]
+                                                        for i, p in enumerate(pads))
