@@ -445,6 +445,37 @@ def test_conv_depthwise_einsum_weights_cached_per_constant_w(monkeypatch):
     assert_same(run(x, w), conv_expected(x, w, **attrs).astype(np.float32))
 
 
+@pytest.mark.parametrize("xs,m,group", [((1, 4, 3, 5), 12, 1), ((3, 4, 2, 2), 16, 2), ((1, 6, 4, 1), 24, 3)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("constant_b", [True, False])
+def test_conv_pointwise_expanding_sums_the_bias_in_the_product(monkeypatch, xs, m, group, dtype, constant_b):
+    """A 1x1 Conv with at least twice as many outputs as inputs (plus one per group) takes its bias as
+    one more column of W against a row of ones after each group of X; the same sums (bias included,
+    infinities and NaN where they reach), whether B is a constant (its column kept with W's) or not."""
+    from onnx_mini.ops.nn import conv
+    calls = spy_on(monkeypatch, conv, "_with_ones_row")
+    x, w, b = ints(xs, dtype=dtype), ints((m, xs[1] // group, 1, 1), dtype=dtype), ints((m,), dtype=dtype)
+    x[0, 0, 0, 0], x[-1, -1, -1, -1] = np.inf, np.nan
+    w.flags.writeable = False
+    b.flags.writeable = not constant_b
+    run = conv.conv_1(group=group)
+    want = conv_expected(x.astype(np.float64), w, b, group=group).astype(dtype)
+    for _ in range(2):
+        assert_same(run(x, w, b), want)
+    assert len(calls) == 2
+    b2 = b + 1                                     # another bias with the same W: its own column
+    b2.flags.writeable = not constant_b
+    assert_same(run(x, w, b2), conv_expected(x.astype(np.float64), w, b2, group=group).astype(dtype))
+
+
+def test_conv_pointwise_keeps_the_bias_pass_when_the_output_is_not_wider(monkeypatch):
+    from onnx_mini.ops.nn import conv
+    calls = spy_on(monkeypatch, conv, "_with_ones_row")
+    x, w, b = ints((1, 4, 3, 3)), ints((7, 4, 1, 1)), ints((7,))
+    assert_same(conv.conv_1()(x, w, b), conv_expected(x, w, b).astype(np.float32))
+    assert calls == []
+
+
 def test_conv_depthwise_banded_matrices_by_hand_and_cached_per_constant():
     from onnx_mini.ops.nn import _common, banded
     w = np.arange(1, 13, dtype=np.float32).reshape(2, 1, 2, 3)      # C=2, kh=2, kw=3

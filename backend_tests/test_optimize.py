@@ -547,6 +547,26 @@ def test_channel_shuffle_is_written_by_the_grouped_pointwise_conv(g, k, n, act):
     np.testing.assert_allclose(rep.run([x])[0], want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("n, constant_bias", [(1, True), (2, True), (1, False)])
+def test_channel_shuffle_of_an_expanding_conv_sums_its_bias_in_the_product(n, constant_bias):
+    """2g -> 6g channels: the bias goes into the product as a column of W in each group's row order
+    (ops/nn/conv._bias_column), the output still in shuffle order."""
+    g, k = 2, 6
+    m = shuffle_model(g, k, n)
+    if not constant_bias:      # the bias a graph input: not cached with W
+        m.graph.initializer.pop(1)
+        m.graph.input.append(helper.make_tensor_value_info("b", F, [g * k]))
+    x, b = rand(n, 2 * g, 4, 5), rand(g * k)
+    feeds = [x] if constant_bias else [x, b]
+    if constant_bias:
+        b = numpy_helper.to_array(m.graph.initializer[1])
+    rep = check(m, feeds, [(FUSED, "Conv"), "Neg"])
+    w = numpy_helper.to_array(m.graph.initializer[0]).reshape(g, k, 2)
+    prod = np.einsum("akc,nacp->nakp", w, x.reshape(n, g, 2, 20)) + b.reshape(g, k)[None, :, :, None]
+    want = -np.maximum(prod, 0).transpose(0, 2, 1, 3).reshape(n, g * k, 4, 5)
+    np.testing.assert_allclose(rep.run(feeds)[0], want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("dtype", [TensorProto.DOUBLE, TensorProto.FLOAT16])
 def test_channel_shuffle_in_float64_and_float16(dtype):
     np_type = np.float64 if dtype == TensorProto.DOUBLE else np.float16

@@ -160,8 +160,7 @@ def fused_conv(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
         # is Reshape's for dimensions that are all given).
         if (x.dtype in _INPLACE and w.dtype == x.dtype and x.ndim == 4 and w.ndim == 4
                 and (x.shape[0], w.shape[0], *x.shape[2:]) == dims):
-            bs = None if b is None else cached_transform(b, ("shuffled", shuffle),
-                                                          lambda: b.reshape(shuffle, -1).T.reshape(-1))
+            bs = None if b is None else cached_transform(b, ("shuffled", shuffle), lambda: _shuffled_bias(b, shuffle))
             return _conv(x, w, bs, auto_pad, dilations, group, kernel_shape, pads, strides,
                          None if act is None else lambda y, i0, i1: act(y), shuffle=True, layouts=layouts)
         y = general(x, w, b)
@@ -171,6 +170,13 @@ def fused_conv(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
             raise InvalidValueError(f"the channel shuffle after this Conv reshapes its output {y.shape} to "
                                     f"{split}: the sizes differ") from None
     return shuffled
+
+
+def _shuffled_bias(b, g):
+    """B in channel-shuffle order; read-only when B is (a constant, for the caches keyed by it)."""
+    bs = b.reshape(g, -1).T.reshape(-1)
+    bs.flags.writeable = b.flags.writeable
+    return bs
 
 
 class _Elsewhere(Exception):
