@@ -499,24 +499,28 @@ def _channels_last_input(in_sizes, kernel, strides, dil, begin, out):
     """-> (need, padded(x, buffers)): the padded input positions the windows read along each axis, and
     a function giving the block x (n, c, *in_sizes) padded and transposed to (n, *need, c), in a
     buffer kept across blocks (its padding stays zero)."""
-    r = len(kernel)
     need = [read_extent(o, s, k, d) for o, s, k, d in zip(out, strides, kernel, dil)]
     dst, src = read_region(in_sizes, begin, need)
-    empty = any(d.stop <= d.start for d in dst)
-    dst, src = (slice(None),) + tuple(dst), (slice(None), slice(None)) + tuple(src)
-    to_last = (0, *range(2, 2 + r), 1)
-
+    regions = [] if any(d.stop <= d.start for d in dst) else [((slice(None), *dst), tuple(src))]
     large = math.prod(in_sizes) >= _TRANSPOSE_MIN_PIXELS
 
     def padded(x, buffers):
-        c = x.shape[1]
-        xp = _buffer(buffers, "xp", (x.shape[0], *need, c), x.dtype, zeros=True)
-        if not empty:
-            step = _TRANSPOSE_CHANNELS if large else c
-            for c0 in range(0, c, step):
-                np.copyto(xp[dst + (slice(c0, c0 + step),)], x[src][:, c0:c0 + step].transpose(to_last))
+        xp = _buffer(buffers, "xp", (x.shape[0], *need, x.shape[1]), x.dtype, zeros=True)
+        _copy_channels_last(xp, x, regions, large)
         return xp
     return need, padded
+
+
+def _copy_channels_last(xp, x, regions, large):
+    """xp[dst + (channels,)] = x[(:, channels) + src] moved to channels-last, for each (dst, src) region;
+    large planes _TRANSPOSE_CHANNELS channels at a time (see there)."""
+    c = x.shape[1]
+    to_last = (0, *range(2, x.ndim), 1)
+    step = _TRANSPOSE_CHANNELS if large else c
+    for dst, src in regions:
+        for c0 in range(0, c, step):
+            channels = slice(c0, c0 + step)
+            np.copyto(xp[(*dst, channels)], x[(slice(None), channels, *src)].transpose(to_last))
 
 
 def _dw_einsum(in_sizes, kernel, strides, dil, begin, out, mult, taps):
@@ -600,31 +604,23 @@ def _column_phases_input(in_sizes, kernel, strides, dil, begin, out):
     """Like _channels_last_input, with the last axis (stride s) stored as s column phases: the block x
     (n, c, *in_sizes) goes to (n, *need[:-1], s, columns, c), phase p's column j holding padded
     column j*s + p (zeros where padding). -> (buffer shape per image and channel, padded)."""
-    r = len(kernel)
     s, o, i, b = strides[-1], out[-1], in_sizes[-1], begin[-1]
     columns = o + (kernel[-1] - 1) * dil[-1] // s
     need = [read_extent(o_, s_, k, d) for o_, s_, k, d in zip(out[:-1], strides[:-1], kernel[:-1], dil[:-1])]
     dst, src = read_region(in_sizes[:-1], begin[:-1], need)
-    empty = any(d.stop <= d.start for d in dst)
-    to_last = (0, *range(2, 2 + r), 1)
-    phases = []          # (p, destination columns, source columns): input column j*s + p - b
+    regions = []         # per phase p: (destination, source): input column j*s + p - b
     for p in range(s):
         lo = max(0, -((p - b) // s))
         hi = min(columns, (i - 1 + b - p) // s + 1)
-        if hi > lo:
+        if hi > lo and all(d.stop > d.start for d in dst):
             first = lo * s + p - b
-            phases.append((p, slice(lo, hi), slice(first, first + (hi - lo - 1) * s + 1, s)))
+            regions.append(((slice(None), *dst, p, slice(lo, hi)),
+                            (*src, slice(first, first + (hi - lo - 1) * s + 1, s))))
     large = math.prod(in_sizes) >= _TRANSPOSE_MIN_PIXELS
 
     def padded(x, buffers):
-        c = x.shape[1]
-        xp = _buffer(buffers, "xp", (x.shape[0], *need, s, columns, c), x.dtype, zeros=True)
-        if not empty:
-            step = _TRANSPOSE_CHANNELS if large else c
-            for p, cols, src_cols in phases:
-                for c0 in range(0, c, step):
-                    np.copyto(xp[(slice(None), *dst, p, cols, slice(c0, c0 + step))],
-                              x[(slice(None), slice(c0, c0 + step), *src, src_cols)].transpose(to_last))
+        xp = _buffer(buffers, "xp", (x.shape[0], *need, s, columns, x.shape[1]), x.dtype, zeros=True)
+        _copy_channels_last(xp, x, regions, large)
         return xp
     return [*need, s * columns], padded
 
