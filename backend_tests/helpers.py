@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import math
 import re
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -15,6 +16,9 @@ from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 import onnx_mini
 from onnx_mini.errors import KernelError
+
+TESTS = Path(__file__).resolve().parent      # backend_tests/, where the strict lists live
+REPO = TESTS.parent                          # the repository: README, examples, benchmarks
 
 
 def model(nodes, inputs, outputs, initializers=(), opset=21, ir_version=10, **kw):

@@ -61,7 +61,7 @@ def write_readme_table() -> None:
 def main() -> int:
     os.environ["ONNX_MINI_IGNORE_EXPECTED_FAILURES"] = "1"
     collect = _Collect()
-    pytest.main([str(HERE / "test_onnx_backend.py"), "-q", "-p", "no:cacheprovider", "-W", "ignore",
+    pytest.main([str(HERE / "official" / "test_onnx_backend.py"), "-q", "-p", "no:cacheprovider", "-W", "ignore",
                  "--tb=no", "-o", "addopts="], plugins=[collect])
     # A reason written by hand ("known: ...", for a failure that is not onnx_mini's) survives regeneration;
     # a "random: ..." entry stays even when chance made its test pass in this run.

@@ -201,8 +201,9 @@ def build_plan(graph: Graph, opsets: dict[str, int], functions: dict[tuple[str, 
     steps: list[tuple] = []
     infos: list[StepInfo] = []
     for node, spec, opset in order:
-        fn = _bind(node, spec, opset, node.opsets or opsets, functions, optimize, written)
         ins = tuple(slot(x) for x in (*node.inputs, *node.captures))
+        fixed = {i: template[s] for i, s in enumerate(ins[:len(node.inputs)]) if s != NONE_SLOT and s in constant}
+        fn = _bind(node, spec, opset, node.opsets or opsets, functions, optimize, written, fixed)
         outs = tuple(slot(x) if x else DISCARD_SLOT for x in node.outputs)
         out = outs if spec.multi_output else (outs[0] if outs else DISCARD_SLOT)
         info = StepInfo(node.name, node.op_type, node.domain, spec.since, opset, (*node.inputs, *node.captures),
@@ -516,7 +517,8 @@ def _subplans(node: Node, opsets: dict[str, int], functions, optimize: bool) -> 
 
 
 def _bind(node: Node, spec: KernelSpec, opset: int | None, opsets: dict[str, int] | None = None,
-          functions=None, optimize: bool = True, graph: Graph | None = None) -> Callable:
+          functions=None, optimize: bool = True, graph: Graph | None = None,
+          constants: dict[int, Any] | None = None) -> Callable:
     """Check the node's attributes against the kernel, plan its subgraphs, and call its factory once."""
     def fail(msg: str) -> InvalidNodeError:
         return InvalidNodeError(msg, node=node.name, op_type=node.op_type, domain=node.domain,
@@ -541,6 +543,10 @@ def _bind(node: Node, spec: KernelSpec, opset: int | None, opsets: dict[str, int
         kwargs["_graph"] = graph
     if "_opsets" in spec.injected:
         kwargs["_opsets"] = opsets or {}
+    if "_version" in spec.injected:
+        kwargs["_version"] = spec.since
+    if "_constants" in spec.injected:
+        kwargs["_constants"] = dict(constants or {})
     try:
         return spec.factory(**kwargs)
     except NodeError:

@@ -9,8 +9,23 @@ it implements:
         return lambda data: np.array(data.shape, dtype=np.int64)
 
 Factory parameters whose names start with "_" are not attributes but facts the planner injects:
-`_n_inputs`/`_n_outputs` (how many the node has, counting omitted optional ones); `_graph`/`_opsets`
-(the graph holding the node and its opset imports, for ops about their own graph: Gradient).
+- `_version`: the schema version this binding serves (one of `since`);
+- `_constants`: {input index: value} for the node's inputs known when the model is prepared
+  (initializers that no feed can replace, folded constants). The factory may return a function
+  specialised to them (weights transformed once, as onnxruntime's PrePack); the function still
+  receives every input at run time, and a constant input arrives as that same value;
+- `_n_inputs`/`_n_outputs`: how many the node has, counting omitted optional ones;
+- `_graph`/`_opsets`/`_plan`: the graph holding the node, its opset imports, and a function that
+  plans a Graph into a SubPlan (for ops about their own graph: Gradient).
+
+Facts about an operator that the planner reads are arguments of @kernel, never name lists elsewhere:
+- `foldable` (default True): computed once at prepare time when every input is constant (False for
+  the random generators);
+- `heavy`: a step worth a thread hand-off when independent branches run at the same time;
+- `in_place`: f(*inputs, out=array) computing exactly the kernel's result for float32/float64
+  arrays with numpy broadcasting, which the planner may point at an input's buffer when that input
+  dies at the step;
+- `views`: the result may be a view of the first input (Reshape, Squeeze, Identity, ...).
 """
 from __future__ import annotations
 
@@ -31,7 +46,7 @@ from . import dtypes
 from .graph import AttrRef, Function, Graph, Node, TypeInfo, normalize_domain
 from .loader import parse_attribute, parse_function
 
-INJECTED = ("_n_inputs", "_n_outputs", "_graph", "_opsets")
+INJECTED = ("_n_inputs", "_n_outputs", "_graph", "_opsets", "_plan", "_version", "_constants")
 
 
 @dataclass(frozen=True)
@@ -44,13 +59,17 @@ class KernelSpec:
     required: frozenset[str]       # attributes without a default
     injected: frozenset[str]       # names from INJECTED the factory asks for
     multi_output: bool             # the kernel's function returns a tuple (one item per output)
+    foldable: bool = True          # computed at prepare time when every input is constant
+    heavy: bool = False            # worth a thread hand-off (schedule.py)
+    in_place: Callable | None = None   # f(*inputs, out=) for float32/64 (inplace.py)
+    views: bool = False            # the result may be a view of the first input
 
 
 _KERNELS: dict[tuple[str, str, int], KernelSpec] = {}
 
 
 def _specs(factory: Callable, op_type: str, domain: str, versions: tuple[int, ...],
-           multi_output: bool | None) -> list[KernelSpec]:
+           multi_output: bool | None, **facts) -> list[KernelSpec]:
     """The KernelSpec of a factory for each version (TypeError if its parameters are not keyword-only)."""
     if not callable(factory):
         raise TypeError(f"kernel {op_type}: the decorated object must be a factory function")
@@ -67,7 +86,7 @@ def _specs(factory: Callable, op_type: str, domain: str, versions: tuple[int, ..
         if multi is None:
             schema = _schema(op_type, domain, v)
             multi = schema is not None and schema.max_output > 1
-        out.append(KernelSpec(factory, op_type, domain, v, attrs, required, injected, multi))
+        out.append(KernelSpec(factory, op_type, domain, v, attrs, required, injected, multi, **facts))
     return out
 
 
@@ -78,18 +97,21 @@ def _versions(since) -> tuple[int, ...]:
     return tuple(int(v) for v in versions)
 
 
-def kernel(op_type: str, since, domain: str = "", multi_output: bool | None = None):
+def kernel(op_type: str, since, domain: str = "", multi_output: bool | None = None, *, foldable: bool = True,
+           heavy: bool = False, in_place: Callable | None = None, views: bool = False):
     """Register a built-in kernel factory for each listed schema version of (domain, op_type).
 
     multi_output defaults to what the schema says (more than one output possible); a kernel
-    whose op can have several outputs returns a tuple, otherwise the single value.
+    whose op can have several outputs returns a tuple, otherwise the single value. foldable, heavy,
+    in_place and views are the operator's facts (see the module's doc).
     (Users register theirs with onnx_mini.kernel or a CustomOps set: see CustomOps.)
     """
     versions = _versions(since)
     domain = normalize_domain(domain)
+    facts = dict(foldable=foldable, heavy=heavy, in_place=in_place, views=views)
 
     def register(factory: Callable) -> Callable:
-        for spec in _specs(factory, op_type, domain, versions, multi_output):
+        for spec in _specs(factory, op_type, domain, versions, multi_output, **facts):
             key = (domain, op_type, spec.since)
             if key in _KERNELS:
                 raise ValueError(f"kernel {key} registered twice")

@@ -13,7 +13,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnx_mini.cli import main, operator_table
 
-ROOT = Path(__file__).resolve().parent.parent
+from helpers import REPO
+
+ROOT = REPO
 EXAMPLES = ROOT / "examples"
 RESNET = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / "light_resnet50.onnx"
 

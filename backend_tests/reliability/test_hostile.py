@@ -12,7 +12,7 @@ from onnx_mini import dtypes, loader
 from onnx_mini.errors import (GraphError, InvalidNodeError, KernelError, ModelLoadError, OnnxMiniError,
                               ResourceLimitError)
 
-from helpers import F, I64, model
+from helpers import F, I64, REPO, model
 
 
 @pytest.fixture
@@ -257,7 +257,7 @@ def test_every_error_here_is_an_onnx_mini_error():
 def test_security_md_example_runs():
     import pathlib
     import re
-    text = (pathlib.Path(__file__).resolve().parents[1] / "SECURITY.md").read_text()
+    text = (REPO / "SECURITY.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     assert blocks
     before = dtypes.get_limits()

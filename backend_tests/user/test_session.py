@@ -23,11 +23,11 @@ from onnx import TensorProto, helper, numpy_helper
 import onnx_mini
 import onnx_mini.backend
 import onnx_mini.session
-from helpers import F, I64, model
+from helpers import F, I64, REPO, model
 from onnx_mini import IgnoredOptionWarning, InferenceSession, RunOptions, SessionOptions
 from onnx_mini.errors import InputError, KernelError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 HAS_ORT = importlib.util.find_spec("onnxruntime") is not None
 
 

@@ -1,7 +1,6 @@
 """onnx_mini.profile: per-node and per-op-type times and calls, live bytes, and the four outputs."""
 import json
 import sys
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -9,6 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_mini
+from helpers import REPO
 from onnx_mini.errors import InputError
 from onnx_mini.profile import Profile, format_bytes
 
@@ -136,7 +136,7 @@ def test_html_escapes_names(tmp_path):
 
 
 def test_control_flow_and_sessions():
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+    sys.path.insert(0, str(REPO / "examples"))
     try:
         import sequence_model
     finally:

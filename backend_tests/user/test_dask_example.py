@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 import onnx_mini
+from helpers import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 EXAMPLE = ROOT / "examples" / "dask_batch.py"
 ROWS = 20_000
 

@@ -12,8 +12,9 @@ import pytest
 from onnx import numpy_helper
 
 import onnx_mini
+from helpers import TESTS
 
-_HERE = os.path.dirname(__file__)
+_HERE = str(TESTS)
 
 
 def _expected_failures() -> list[re.Pattern]:

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 import onnx_mini
 from onnx_mini.session import InferenceSession
 
-from helpers import F, I64, model
+from helpers import F, I64, TESTS, model
 
 THREADS, RUNS = 8, 200
 
@@ -158,7 +158,7 @@ def test_1000_runs_do_not_grow_memory():
         import pytest
         pytest.skip("RSS is read from /proc (Linux)")
     out = subprocess.run([sys.executable, __file__, "rss"], capture_output=True, text=True, timeout=120,
-                         cwd=os.path.dirname(__file__))
+                         cwd=str(TESTS), env={**os.environ, "PYTHONPATH": str(TESTS)})
     assert out.returncode == 0, out.stderr[-2000:]
     growth = int(out.stdout.split()[-1])
     assert growth < 20 << 20, f"RSS grew by {growth / 2**20:.1f} MiB over 1000 runs"

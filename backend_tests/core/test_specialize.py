@@ -11,6 +11,7 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_mini
+from helpers import REPO
 from onnx_mini import specialize
 
 OPSET = [helper.make_opsetid("", 21)]
@@ -216,7 +217,7 @@ def test_chain_benchmark_model_specialises_to_half_the_steps():
     """bench_core's 1000-node chain: Shape/Reshape round trips go once shapes are known."""
     import os
     import sys
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    sys.path.insert(0, str(REPO / "benchmarks"))
     try:
         import bench_core
     finally:

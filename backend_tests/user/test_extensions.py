@@ -17,9 +17,9 @@ import onnx_mini
 from onnx_mini import registry
 from onnx_mini.errors import KernelError, UnsupportedOperatorError
 
-from helpers import NODE, model, run_node
+from helpers import NODE, REPO, model, run_node
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 F = TensorProto.FLOAT
 DOM = "test.ext"
 
