@@ -23,8 +23,8 @@ or captured by a subgraph, and keep results within the official tolerances:
   1x1 Conv written by that Conv in shuffled order;
 - dead_code.py: nodes and initializers nothing reads any more.
 
-The rewritten nodes use the private domain FUSED_DOMAIN (kernels.py), which optimize_graph's caller
-adds to the opsets (`with_fused_domain`).
+The rewritten nodes use the private domain FUSED_DOMAIN (their kernels: ops/fused.py), which
+optimize_graph's caller adds to the opsets (`with_fused_domain`).
 """
 from __future__ import annotations
 
@@ -41,7 +41,6 @@ from .identities import eliminate_identities
 from .patterns import fuse_patterns
 from .relu_concat import push_relu_into_concat
 from .shapes import fold_static_shapes
-from . import kernels  # noqa: F401  (registers the fused kernels)
 
 __all__ = ["FUSED_DOMAIN", "OptimizationWarning", "optimize_graph", "with_fused_domain", "PASSES"]
 

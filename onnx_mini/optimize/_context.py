@@ -11,9 +11,8 @@ import numpy as np
 import onnx.defs
 
 from ..graph import Graph, Node, ValueInfo, normalize_domain
+from ..ops.fused import FUSED_DOMAIN
 from ..plan import NOT_FOLDABLE
-
-FUSED_DOMAIN = "onnx_mini.fused"
 
 _names = itertools.count()
 # ops whose output has the rank of their first input

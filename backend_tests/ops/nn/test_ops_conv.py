@@ -202,7 +202,7 @@ def test_conv_winograd_float64_and_fused_epilogue(winograd_everywhere):
     z = RNG.standard_normal((2, 6, 9, 8))
     want = np.maximum(conv_expected(x, w, b, pads=[1, 1, 1, 1]) + z, 0)
 
-    def epilogue(y, i0, i1):       # what optimize/kernels.py's fused Conv passes: residual, then Relu
+    def epilogue(y, i0, i1):       # what ops/fused.py's fused Conv passes: residual, then Relu
         y += z[i0:i1]
         np.maximum(y, 0, out=y)
     got = conv._conv(x, w, b, "NOTSET", None, 1, None, [1, 1, 1, 1], None, epilogue)

@@ -57,7 +57,7 @@ def _coerced(fn, axis: int, via_f32: frozenset):
     return run
 
 
-def _per_axis(fn, axis: int, via_f32: frozenset):
+def along_axis(fn, axis: int, via_f32: frozenset):
     """Version 13: fn along one axis."""
     def run(x):
         k = normalize_axis(axis, x.ndim)
@@ -76,9 +76,10 @@ def _register(op: str, fn, via_f32: frozenset) -> None:
 
     @kernel(op, since=13)
     def per_axis(*, axis=-1):
-        return _per_axis(fn, axis, via_f32)
+        return along_axis(fn, axis, via_f32)
 
 
-_register("Softmax", softmax, UPCAST - {np.dtype(np.float16)})
+SOFTMAX_VIA_F32 = UPCAST - {np.dtype(np.float16)}
+_register("Softmax", softmax, SOFTMAX_VIA_F32)
 _register("LogSoftmax", log_softmax, UPCAST)
 _register("Hardmax", hardmax, frozenset())  # argmax needs no float32 copy of the result (see hardmax)

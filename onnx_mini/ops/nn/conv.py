@@ -100,7 +100,7 @@ def conv_1(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pad
 def _conv(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides, epilogue=None, shuffle=False,
           layouts=None):
     """epilogue(y_part, i0, i1), when given, finishes images i0..i1-1 of the float32/float64 result in
-    place (optimize/kernels.py: residual add, activation), while they are still in the caches.
+    place (ops/fused.py: residual add, activation), while they are still in the caches.
     shuffle: a pointwise Conv writes its output channels in channel-shuffle order, group a's j-th
     channel to channel j*group + a (optimize/channel_shuffle.py; b given in that order).
     layouts: a dict the calling kernel keeps, where the checked geometry of each (X, W, B) shape

@@ -1,4 +1,5 @@
-"""Internal kernels of the private domain "onnx_mini.fused": what the optimiser's rewrites run.
+"""Internal kernels of the private domain "onnx_mini.fused": what the optimiser's rewrites run
+(optimize/ writes the nodes; the kernels are found like every other family's).
 
 Conv, Gemm, MatMul: the existing kernel code (imported, never copied), then the extra work in place
 on the buffer that code just allocated: a residual / bias added (Conv Z, MatMul bias) and the
@@ -15,14 +16,16 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InvalidValueError
-from ..ops._common import UPCAST, with_scalar
-from ..ops.math.activations import gelu_20, swish_24
-from ..ops.math.matmul import gemm_11, matmul_1
-from ..ops.nn._common import cached_transform
-from ..ops.nn.conv import _conv, conv_1
-from ..ops.nn.normalization import layer_normalization_17
-from ..registry import kernel, resolve
-from ._context import FUSED_DOMAIN
+from ..registry import kernel
+from ._common import UPCAST, with_scalar
+from .math.activations import gelu_20, swish_24
+from .math.matmul import gemm_11, matmul_1
+from .math.softmax import SOFTMAX_VIA_F32, along_axis, softmax
+from .nn._common import cached_transform
+from .nn.conv import _conv, conv_1
+from .nn.normalization import layer_normalization_17
+
+FUSED_DOMAIN = "onnx_mini.fused"
 
 _INPLACE = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -255,7 +258,7 @@ def fused_attention(*, scale=1.0, divide=0, transpose_k=0):
     transposed) or, with transpose_k, K with its last two axes swapped. float32/float64 scores are one
     buffer worked on in place; other types run the Softmax-13 kernel on the scores as the nodes would."""
     c = float(scale)
-    other_softmax = resolve("", "Softmax", 13).kernel.factory(axis=-1)
+    other_softmax = along_axis(softmax, -1, SOFTMAX_VIA_F32)      # Softmax-13's kernel
     mm = matmul_1()
 
     def run(q, k, v, mask=None):
