@@ -43,7 +43,7 @@ class PreparedModel(BackendRep):
     """
 
     def __init__(self, model: Model, *, optimize: bool = True, verbose: Any = False, custom_ops=None,
-                 max_tensor_bytes: int | None = None, threads: int | None = None):
+                 max_tensor_bytes: int | None = None, threads: int | None = None, conv_algorithm: str | None = None):
         if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 0):
             from .errors import OnnxMiniError
             raise OnnxMiniError(f"threads must be a non-negative int (0 or None: the default), got {threads!r}")
@@ -54,6 +54,8 @@ class PreparedModel(BackendRep):
         # a user kernel replacing a built-in operator: no graph rewrites (they assume the built-in's meaning)
         self.optimize = optimize and not overrides_builtin(self.custom_ops)
         self.verbose = verbose
+        self.conv_algorithm = conv_algorithm
+        self.options = {} if conv_algorithm is None else {"conv_algorithm": conv_algorithm}   # kernels' _options
         g = model.graph
         self.defaults = (frozenset(v.name for v in g.inputs if v.name in g.initializers) if self.optimize
                          else frozenset())
@@ -78,10 +80,11 @@ class PreparedModel(BackendRep):
                     if self.defaults and not overrides:
                         g = replace(g, inputs=[v for v in g.inputs if v.name not in self.defaults])
                     with self._planning():
-                        plan = build_plan(g, self.model.opsets, self.model.functions, optimize=self.optimize)
+                        plan = build_plan(g, self.model.opsets, self.model.functions, optimize=self.optimize,
+                                          options=self.options)
                     if self.optimize and Specializer.wanted(plan):
                         self._specializers[id(plan)] = Specializer(plan, self.model.opsets, self.model.functions,
-                                                                   self._planning)
+                                                                   self._planning, self.options)
                     self._plans[key] = plan
         return plan
 
@@ -115,7 +118,8 @@ class PreparedModel(BackendRep):
         # plans hold closures (not picklable) and are cheap to rebuild; a text stream cannot travel
         verbose = self.verbose if isinstance(self.verbose, bool) else bool(self.verbose)
         return {"model": self.model, "optimize": self.optimize, "verbose": verbose, "custom_ops": self.custom_ops,
-                "max_tensor_bytes": self.max_tensor_bytes, "threads": self.threads}
+                "max_tensor_bytes": self.max_tensor_bytes, "threads": self.threads,
+                "conv_algorithm": self.conv_algorithm}
 
     def __setstate__(self, state: dict) -> None:
         model = state["model"]
@@ -124,7 +128,7 @@ class PreparedModel(BackendRep):
             _freeze_initializers(None, f.nodes)
         self.__init__(model, optimize=state["optimize"], verbose=state["verbose"],
                       custom_ops=state.get("custom_ops"), max_tensor_bytes=state.get("max_tensor_bytes"),
-                      threads=state.get("threads"))
+                      threads=state.get("threads"), conv_algorithm=state.get("conv_algorithm"))
 
     def _overrides(self, feeds: Any) -> bool:
         """Whether the feeds give a value to an initializer-backed input."""
@@ -222,17 +226,19 @@ class Backend(_OnnxBackend):
     @classmethod
     def prepare(cls, model, device: str = "CPU", *, optimize: bool = True, base_dir: str | None = None,
                 verbose: Any = False, custom_ops=None, max_tensor_bytes: int | None = None,
-                threads: int | None = None, **kwargs: Any) -> PreparedModel:
+                threads: int | None = None, conv_algorithm: str | None = None, **kwargs: Any) -> PreparedModel:
         """model: ModelProto, path, bytes or binary file. verbose: True (stderr) or a text stream to
         print a per-node trace of every run. custom_ops: a CustomOps (or a list of them) whose kernels
         this model resolves first (see onnx_mini.CustomOps). max_tensor_bytes: this model's own cap on
         one tensor's size while loading, planning and running (below the process-wide set_limits).
-        threads: at most this many threads per run (1: fully sequential; None: the CPU count)."""
+        threads: at most this many threads per run (1: fully sequential; None: the CPU count).
+        conv_algorithm: the algorithm every Conv uses where it applies (ops/nn/conv: e.g. "im2col");
+        None lets each Conv choose by its shapes."""
         _check_device(device)
         with dtypes.model_limits(max_tensor_bytes):
             loaded = loader.load(model, base_dir)
         return PreparedModel(loaded, optimize=optimize, verbose=verbose, custom_ops=custom_ops,
-                             max_tensor_bytes=max_tensor_bytes, threads=threads)
+                             max_tensor_bytes=max_tensor_bytes, threads=threads, conv_algorithm=conv_algorithm)
 
     @classmethod
     def run_model(cls, model, inputs: Any, device: str = "CPU", **kwargs: Any):

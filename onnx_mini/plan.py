@@ -46,6 +46,7 @@ class StepInfo:
     opset: int
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
+    kernel: Callable | None = field(default=None, compare=False)  # the factory's function (profile: its algorithm)
 
 
 @dataclass(frozen=True)
@@ -156,9 +157,11 @@ class SubPlan:
 
 def build_plan(graph: Graph, opsets: dict[str, int], functions: dict[tuple[str, str], Function] | None = None,
                *, outer_scope: tuple[str, ...] = (), optimize: bool = True,
-               constants: dict[str, Any] | None = None) -> Plan:
+               constants: dict[str, Any] | None = None, options: dict[str, Any] | None = None) -> Plan:
     """constants: values already folded by an earlier plan of the same graph, by name (reused, not
-    recomputed: specialize.py re-plans a graph whose weights were folded once)."""
+    recomputed: specialize.py re-plans a graph whose weights were folded once).
+    options: the model's kernel options (e.g. conv_algorithm), given to factories asking for _options."""
+    options = options or {}
     functions = functions or {}
     written = graph      # the graph as written, for kernels about their own graph (Gradient)
     if optimize and graph.nodes:
@@ -166,7 +169,8 @@ def build_plan(graph: Graph, opsets: dict[str, int], functions: dict[tuple[str, 
         graph = optimize_graph(graph, opsets, functions, outer_scope=outer_scope,
                                static_inputs=getattr(_nesting, "depth", 0) == 0)
         opsets = with_fused_domain(opsets)
-    resolved = _expand(graph.nodes, opsets, functions, known=_declared_types(graph), optimize=optimize)
+    resolved = _expand(graph.nodes, opsets, functions, known=_declared_types(graph), optimize=optimize,
+                       options=options)
     available = {v.name for v in graph.inputs} | set(graph.initializers) | set(outer_scope)
     by_id = {id(n): (n, r, o) for n, r, o in resolved}
     order = [by_id[id(n)] for n in topo_sort([n for n, _, _ in resolved], available)]
@@ -203,11 +207,11 @@ def build_plan(graph: Graph, opsets: dict[str, int], functions: dict[tuple[str, 
     for node, spec, opset in order:
         ins = tuple(slot(x) for x in (*node.inputs, *node.captures))
         fixed = {i: template[s] for i, s in enumerate(ins[:len(node.inputs)]) if s != NONE_SLOT and s in constant}
-        fn = _bind(node, spec, opset, node.opsets or opsets, functions, optimize, written, fixed)
+        fn = _bind(node, spec, opset, node.opsets or opsets, functions, optimize, written, fixed, options)
         outs = tuple(slot(x) if x else DISCARD_SLOT for x in node.outputs)
         out = outs if spec.multi_output else (outs[0] if outs else DISCARD_SLOT)
         info = StepInfo(node.name, node.op_type, node.domain, spec.since, opset, (*node.inputs, *node.captures),
-                        node.outputs)
+                        node.outputs, fn)
         if optimize and _foldable(node, ins, constant):
             known = constants and [constants.get(x) if x else None for x in node.outputs]
             if known and all(v is not None for v in known):
@@ -283,7 +287,7 @@ def _with_frees(steps: list[tuple], keep: set[int]) -> list[tuple]:
 # -- resolution and function inlining ------------------------------------------------------------
 
 def _expand(nodes: list[Node], opsets: dict[str, int], functions, depth: int = 0,
-            known: dict[str, TypeInfo] | None = None, optimize: bool = True) -> list[tuple]:
+            known: dict[str, TypeInfo] | None = None, optimize: bool = True, options=None) -> list[tuple]:
     """Resolve each node; replace function calls by their (renamed) bodies. -> [(node, spec, opset)]
     known: declared types of values, to build type-dependent schema function bodies at prepare time."""
     known = known or {}
@@ -304,7 +308,7 @@ def _expand(nodes: list[Node], opsets: dict[str, int], functions, depth: int = 0
                 if not all(_complete(t) for x, t in zip(node.inputs, types) if x):
                     # types known only at run time: the body is built for each new input signature
                     out.append((node, _typed_function_kernel(node, r.version, opset, node_opsets, functions,
-                                                             optimize), opset))
+                                                             optimize, options), opset))
                     continue
                 body = _typed_body(node, opset, types, r.version)
             elif r.function is None:
@@ -317,7 +321,7 @@ def _expand(nodes: list[Node], opsets: dict[str, int], functions, depth: int = 0
             raise InvalidNodeError("function calls nest too deeply (recursive function?)", node=node.name,
                                    op_type=node.op_type, domain=node.domain, opset=opset)
         inlined = _inline(node, body, fn_opsets, version)
-        out.extend(_expand(inlined, fn_opsets, functions, depth + 1, known, optimize))
+        out.extend(_expand(inlined, fn_opsets, functions, depth + 1, known, optimize, options))
     return out
 
 
@@ -361,7 +365,7 @@ def _value_type(v) -> TypeInfo | None:
 
 
 def _typed_function_kernel(node: Node, version: int, opset: int, opsets: dict[str, int], functions,
-                           optimize: bool) -> KernelSpec:
+                           optimize: bool, options=None) -> KernelSpec:
     """A kernel for a node whose type-dependent body needs input types known only at run time: the
     body is built and planned once per input signature (element types and ranks), then reused."""
     n_in = len(node.inputs)
@@ -379,7 +383,8 @@ def _typed_function_kernel(node: Node, version: int, opset: int, opsets: dict[st
                       [ValueInfo(node.inputs[i], types[i]) for i in present],
                       [ValueInfo(x, None) for x in wanted], {})
             with using_custom_ops(custom):
-                plan = build_plan(g, fn_opsets, functions, outer_scope=node.captures, optimize=optimize)
+                plan = build_plan(g, fn_opsets, functions, outer_scope=node.captures, optimize=optimize,
+                                  options=options)
             return SubPlan(plan, g.name, node.captures, node.captures)
 
         def run(*args):
@@ -478,7 +483,7 @@ def _renamed_graph(g: Graph, outer: Callable[[str], str], bound) -> Graph:
 _nesting = threading.local()   # how deep in subgraph planning this thread is
 
 
-def _subplans(node: Node, opsets: dict[str, int], functions, optimize: bool) -> dict[str, Any]:
+def _subplans(node: Node, opsets: dict[str, int], functions, optimize: bool, options=None) -> dict[str, Any]:
     """The node's attributes with each GRAPH (or GRAPHS) value planned into a SubPlan."""
     if not node.captures and not any(isinstance(v, Graph) or (isinstance(v, list) and v and isinstance(v[0], Graph))
                                      for v in node.attrs.values()):
@@ -495,7 +500,7 @@ def _subplans(node: Node, opsets: dict[str, int], functions, optimize: bool) -> 
             raise err
         _nesting.depth = depth + 1
         try:
-            plan = build_plan(g, opsets, functions, outer_scope=outer, optimize=optimize)
+            plan = build_plan(g, opsets, functions, outer_scope=outer, optimize=optimize, options=options)
         except NodeError as e:  # say which subgraph of which node
             if getattr(e, "too_deep", False):
                 raise
@@ -518,7 +523,7 @@ def _subplans(node: Node, opsets: dict[str, int], functions, optimize: bool) -> 
 
 def _bind(node: Node, spec: KernelSpec, opset: int | None, opsets: dict[str, int] | None = None,
           functions=None, optimize: bool = True, graph: Graph | None = None,
-          constants: dict[int, Any] | None = None) -> Callable:
+          constants: dict[int, Any] | None = None, options: dict[str, Any] | None = None) -> Callable:
     """Check the node's attributes against the kernel, plan its subgraphs, and call its factory once."""
     def fail(msg: str) -> InvalidNodeError:
         return InvalidNodeError(msg, node=node.name, op_type=node.op_type, domain=node.domain,
@@ -534,7 +539,7 @@ def _bind(node: Node, spec: KernelSpec, opset: int | None, opsets: dict[str, int
     problem = arity_problem(node, spec) or attribute_problem(node, spec)
     if problem:
         raise fail(problem)
-    kwargs = dict(_subplans(node, opsets or {}, functions or {}, optimize))
+    kwargs = dict(_subplans(node, opsets or {}, functions or {}, optimize, options))
     if "_n_inputs" in spec.injected:
         kwargs["_n_inputs"] = len(node.inputs)
     if "_n_outputs" in spec.injected:
@@ -547,6 +552,8 @@ def _bind(node: Node, spec: KernelSpec, opset: int | None, opsets: dict[str, int
         kwargs["_version"] = spec.since
     if "_constants" in spec.injected:
         kwargs["_constants"] = dict(constants or {})
+    if "_options" in spec.injected:
+        kwargs["_options"] = dict(options or {})
     try:
         return spec.factory(**kwargs)
     except NodeError:

@@ -14,6 +14,7 @@ Factory parameters whose names start with "_" are not attributes but facts the p
   (initializers that no feed can replace, folded constants). The factory may return a function
   specialised to them (weights transformed once, as onnxruntime's PrePack); the function still
   receives every input at run time, and a constant input arrives as that same value;
+- `_options`: the model's kernel options, as given to prepare (e.g. {"conv_algorithm": "im2col"});
 - `_n_inputs`/`_n_outputs`: how many the node has, counting omitted optional ones;
 - `_graph`/`_opsets`/`_plan`: the graph holding the node, its opset imports, and a function that
   plans a Graph into a SubPlan (for ops about their own graph: Gradient).
@@ -46,7 +47,7 @@ from . import dtypes
 from .graph import AttrRef, Function, Graph, Node, TypeInfo, normalize_domain
 from .loader import parse_attribute, parse_function
 
-INJECTED = ("_n_inputs", "_n_outputs", "_graph", "_opsets", "_plan", "_version", "_constants")
+INJECTED = ("_n_inputs", "_n_outputs", "_graph", "_opsets", "_plan", "_version", "_constants", "_options")
 
 
 @dataclass(frozen=True)

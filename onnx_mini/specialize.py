@@ -33,12 +33,13 @@ class Specializer:
     """The specialised plans of one general plan, by input signature."""
 
     def __init__(self, plan: Plan, opsets: dict[str, int], functions: dict[tuple[str, str], Function] | None,
-                 planning: Callable[[], ContextManager]):
+                 planning: Callable[[], ContextManager], options: dict | None = None):
         self.plan = plan
         self._source = plan.source     # the optimised graph `plan` was built from
         self._opsets = opsets
         self._functions = functions
         self._planning = planning      # the model's planning context (its custom ops and size limit)
+        self._options = options        # the model's kernel options
         self._plans: dict[tuple, tuple[Plan, tuple[int, ...]] | None] = {}
         self._lock = threading.Lock()
 
@@ -76,7 +77,7 @@ class Specializer:
                 try:
                     with self._planning():
                         plan = build_plan(graph, self._opsets, self._functions, optimize=True,
-                                          constants=_named_constants(self.plan))
+                                          constants=_named_constants(self.plan), options=self._options)
                 except OnnxMiniError:
                     plan = None        # the general plan runs it (and reports any error with its node)
                 if plan is not None:
