@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from onnx_mini.registry import uncovered
+from onnx_mini.coverage import uncovered
 
 MISSING_OPS = Path(__file__).with_name("missing_ops.txt")
 HEADER = """\

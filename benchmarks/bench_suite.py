@@ -26,7 +26,8 @@ VmHWM is not reset and the figure is flagged "(no reset)".
 Latency = median seconds per run after warm-up (bench_core.measure); a full run measures onnx_mini and
 onnxruntime in 3 rounds, taking turns (--rounds), and reports the median round, so that a slow spell
 of this shared VM (single runs move 2x) does not fall on one runtime only. onnxruntime runs with
-intra_op_num_threads=2 (this machine's core count, also its default); onnx_mini with its defaults.
+intra_op_num_threads=2 (this machine's core count, also its default); onnx_mini with its defaults but
+ONNX_MINI_MALLOC=tuned (bench_core sets it, see benchmarks/README.md).
 Outputs of onnx_mini and onnx.reference are compared with onnxruntime's (max |diff| <= 1e-3 of the
 output's max |value|) and any difference is flagged. onnx.reference is skipped where one run would take
 too long (resnet50 at batch 8 and 32: ~8x and ~32x its batch-1 time; the 500-tree ensemble: ~50 s a run);

@@ -4,13 +4,16 @@
     outputs = onnx_mini.prepare("model.onnx").run({"x": x})
 """
 from . import errors
-from .backend import Backend, PreparedModel, is_compatible, prepare, run_model, run_node, supports_device
+from .backend import Backend
+from .coverage import supported_ops
+from .custom_ops import CustomOps
+from .custom_ops import user_kernel as kernel
+from .engine import PreparedModel, is_compatible, prepare, run_model, run_node, supports_device
 from .compare import CompareResult, Divergence, compare
 from .dtypes import get_limits, set_limits
 from .loader import load
+from .memory import tune_malloc
 from .profile import Profile, profile
-from .registry import CustomOps, supported_ops
-from .registry import user_kernel as kernel
 from .session import (ExecutionMode, ExecutionOrder, GraphOptimizationLevel, IgnoredOptionWarning, InferenceSession,
                       NodeArg, RunOptions, SessionOptions, get_all_providers, get_available_providers, get_device)
 
@@ -19,4 +22,4 @@ __all__ = ["Backend", "PreparedModel", "InferenceSession", "prepare", "run_model
            "supports_device", "is_compatible", "load", "supported_ops", "errors", "compare", "CompareResult",
            "Divergence", "profile", "Profile", "SessionOptions", "RunOptions", "NodeArg", "GraphOptimizationLevel",
            "ExecutionMode", "ExecutionOrder", "IgnoredOptionWarning", "get_available_providers", "get_all_providers",
-           "get_device", "kernel", "CustomOps", "set_limits", "get_limits"]
+           "get_device", "kernel", "CustomOps", "set_limits", "get_limits", "tune_malloc"]

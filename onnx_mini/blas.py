@@ -20,7 +20,8 @@ Each block is its own BLAS call on its own slice of the output, so results do no
 ONNX_MINI_BLAS_THREADS=split (or managed) always splits, =native always leaves numpy's BLAS alone
 (its own threads, no splitting), as does a numpy whose BLAS is not the bundled OpenBLAS (then its
 thread count cannot be set from here). Outside a run (constant folding at prepare time, the user's
-own numpy calls) nothing changes.
+own numpy calls) nothing changes: one object (_ThreadState) owns the count onnx_mini sets, for runs
+and own_threads blocks alike, and gives OpenBLAS its own count back when the last of them ends.
 """
 from __future__ import annotations
 
@@ -65,10 +66,6 @@ def _find_openblas():
 POLICY = os.environ.get("ONNX_MINI_BLAS_THREADS", "auto").lower()      # auto, split (managed), native
 _OPENBLAS = None if POLICY == "native" else _find_openblas()
 _CPUS = os.cpu_count() or 1
-_lock = threading.Lock()
-_active = 0          # runs in progress (any thread)
-_saved = 1           # OpenBLAS's thread count before the first of them started
-_split = False       # the mode of the runs in progress: True = "split", False = "native"
 _load: list = [-10.0, 0.0, None]  # [when read, cores other processes kept busy, (time, machine, own) cpu]
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _EVERY = 0.25        # seconds between two readings of the machine's load (one costs ~15 us)
@@ -81,7 +78,7 @@ def managed() -> bool:
 
 def splitting() -> bool:
     """Whether the runs in progress are in "split" mode (OpenBLAS on one thread, onnx_mini splitting)."""
-    return _split and _active > 0
+    return _state.split and _state.runs > 0
 
 
 def _busy() -> bool:
@@ -120,36 +117,74 @@ def _machine_cpu_seconds() -> float | None:
         return None
 
 
+class _ThreadState:
+    """The one owner of OpenBLAS's thread count while onnx_mini changes it: the runs in progress (any
+    thread), the own_threads blocks in progress, the mode of those runs and the count to give back.
+    Every change happens under one lock, and the count OpenBLAS had before the first run (or block)
+    started is set again when the last one ends, so nothing changes outside runs. Runs and blocks
+    that overlap agree through it: a block ending while a sequential run still needs one thread
+    leaves one thread."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.runs = 0          # runs in progress (any thread)
+        self.blocks = 0        # own_threads blocks in progress (any thread)
+        self.split = False     # the mode of the runs in progress: True = "split", False = "native"
+        self.saved = 1         # OpenBLAS's thread count before the first run or block started
+
+    def _settle(self) -> None:
+        """Set OpenBLAS's thread count to what the runs and blocks in progress need (lock held)."""
+        get, set_ = _OPENBLAS
+        want = 1 if self.blocks or (self.runs and self.split) else self.saved
+        if get() != want:
+            set_(want)
+
+    def start_run(self, single: bool) -> None:
+        with self.lock:
+            if self.runs == 0 and self.blocks == 0:
+                self.saved = _OPENBLAS[0]()
+            if self.runs == 0:
+                self.split = single or POLICY in ("split", "managed") or (POLICY == "auto" and _busy())
+            elif single:       # a sequential run joins native ones: one BLAS thread for all
+                self.split = True
+            self.runs += 1
+            self._settle()
+
+    def end_run(self) -> None:
+        with self.lock:
+            self.runs -= 1
+            self._settle()
+
+    def start_block(self) -> bool:
+        """Enter an own_threads block; False (nothing changed) outside runs and in "split" mode."""
+        with self.lock:
+            if self.runs == 0 or self.split:
+                return False
+            self.blocks += 1
+            self._settle()
+            return True
+
+    def end_block(self) -> None:
+        with self.lock:
+            self.blocks -= 1
+            self._settle()
+
+
+_state = _ThreadState()
+
+
 @contextlib.contextmanager
 def during_run():
     """The BLAS mode of one run (see the module doc); OpenBLAS's thread count is restored after the
     last overlapping run ends."""
-    global _active, _saved, _split
     if _OPENBLAS is None:
         yield
         return
-    get, set_ = _OPENBLAS
-    single = parallel.threads() < 2
-    with _lock:
-        _active += 1
-        if _active == 1:
-            _saved = get()
-            _split = single or POLICY in ("split", "managed") or (POLICY == "auto" and _busy())
-            if _split and _saved != 1:
-                set_(1)
-        elif single and not _split:     # a sequential run joins native ones: one BLAS thread for all
-            _split = True
-            set_(1)
+    _state.start_run(parallel.threads() < 2)
     try:
         yield
     finally:
-        with _lock:
-            _active -= 1
-            if _active == 0 and get() != _saved:
-                set_(_saved)
-
-
-_held = [0, 1]       # [blocks inside own_threads, OpenBLAS's thread count before the first]
+        _state.end_run()
 
 
 @contextlib.contextmanager
@@ -158,29 +193,20 @@ def own_threads():
     parallel.split's threads: OpenBLAS runs each call on one thread meanwhile (in "native" mode;
     "split" mode already does). Measured on ResNet-50 at batch 32: 87 ms per image with OpenBLAS's
     threads inside each product, 67 ms with the images on two threads."""
-    if _OPENBLAS is None or _split or _active == 0:
+    if _OPENBLAS is None or not _state.start_block():
         yield
         return
-    get, set_ = _OPENBLAS
-    with _lock:
-        _held[0] += 1
-        if _held[0] == 1:
-            _held[1] = get()
-            set_(1)
     try:
         yield
     finally:
-        with _lock:
-            _held[0] -= 1
-            if _held[0] == 0:
-                set_(_held[1])
+        _state.end_block()
 
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """np.matmul(a, b, out=out), split over the pool's threads when the product is large enough
     and runs inside during_run (float types only; anything else goes to np.matmul unchanged)."""
-    if (not _split or _active == 0 or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or a.dtype not in _SPLIT_DTYPES
-            or a.shape[-1] != b.shape[-2] or parallel.threads() < 2):
+    if (not _state.split or _state.runs == 0 or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype
+            or a.dtype not in _SPLIT_DTYPES or a.shape[-1] != b.shape[-2] or parallel.threads() < 2):
         return np.matmul(a, b, out=out)
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     if a.ndim > 2 and b.ndim == 2 and a.flags.c_contiguous:   # a stack of rows times one matrix

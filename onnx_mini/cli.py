@@ -64,19 +64,9 @@ class Progress:
 
 # -- model description (no prepare: works on models onnx_mini cannot run) ---------------------------
 
-def public_ops() -> list[tuple[str, str, int]]:
-    """Registered (domain, op, since) of the operator domains a model may use: not the optimiser's
-    private fused kernels (registered only once the optimiser is imported)."""
-    from .registry import supported_ops
-    try:
-        from .optimize import FUSED_DOMAIN
-    except ImportError:
-        FUSED_DOMAIN = None
-    return [k for k in supported_ops() if k[0] != FUSED_DOMAIN]
-
-
 def operator_table() -> str:
     """Markdown table of every registered kernel, by domain and operator (generated, never hand-written)."""
+    from .coverage import public_ops
     versions: dict[tuple[str, str], list[int]] = defaultdict(list)
     for domain, op, since in public_ops():
         versions[(domain, op)].append(since)
@@ -125,33 +115,16 @@ def model_needs(proto) -> list[dict]:
             key = (normalize_domain(n.domain), n.op_type)
             counts.setdefault(key, 0)
             where.setdefault(key, ops)
+    from .coverage import support
     rows = []
     for (domain, op), count in sorted(counts.items()):
         if (domain, op) in local:
             rows.append(dict(domain=domain, op=op, count=count, version=None, status="model function", problem=""))
             continue
-        version, status, problem = _support(domain, op, where[(domain, op)].get(domain))
+        version, status, problem = support(domain, op, where[(domain, op)].get(domain))
+        status = "function body" if status == "typed function body" else status
         rows.append(dict(domain=domain, op=op, count=count, version=version, status=status, problem=problem))
     return rows
-
-
-def _support(domain: str, op: str, opset: int | None, depth: int = 0) -> tuple[int | None, str, str]:
-    """(schema version, 'kernel' | 'function body' | 'missing', problem) for one op at one opset."""
-    from .registry import resolve
-    r = resolve(domain, op, opset)
-    if r.kernel is not None:
-        return r.version, "kernel", ""
-    if r.typed_function:
-        return r.version, "function body", ""
-    if r.function is not None:
-        if depth > 8:
-            return r.version, "missing", "function body nests too deeply"
-        for n in r.function.nodes:
-            _, status, problem = _support(n.domain, n.op_type, r.function.opsets.get(n.domain, opset), depth + 1)
-            if status == "missing":
-                return r.version, "missing", f"its function body needs {n.op_type}: {problem}"
-        return r.version, "function body", ""
-    return r.version, "missing", r.problem
 
 
 def _type_of(v) -> tuple[str, Any]:
@@ -513,7 +486,7 @@ def _ops(args) -> int:
             return 1
         print(f"all {len(rows)} operator(s) of the model run")
         return 0
-    from .registry import uncovered
+    from .coverage import public_ops, uncovered
     defined = sum(1 for _ in onnx.defs.get_all_schemas_with_history())
     gaps = uncovered()
     if args.missing:

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import onnx
 
-from . import loader, parallel
-from .backend import PreparedModel
+from . import loader, run_scope
+from .engine import PreparedModel
 from .errors import OnnxMiniError, describe_node
 from .executor import execute
 from .inputs import bind_inputs
@@ -113,7 +113,7 @@ def compare(model, feeds, against: str = "onnxruntime", rtol: float = 1e-4, atol
 
     given = {spec.name: slots[spec.slot] for spec in plan.inputs    # checked and converted feeds
              if (spec.name in feeds if isinstance(feeds, dict) else not spec.has_default)}
-    with parallel.running():
+    with run_scope.running():
         execute(plan, slots, record)
     producers = {o: n for n in model_.graph.nodes for o in n.outputs if o}
     node_outputs = list(producers)

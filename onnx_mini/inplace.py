@@ -10,27 +10,41 @@ Two checks, one per moment:
   memory (or is the sole view of a buffer nothing else holds, as the reshaped result of a matmul).
 Anything else, and any dtype or shape mismatch, runs the regular kernel, whose results are equal.
 
-Only float32/float64 tensors of the default-domain arithmetic and activation ops below, at the
-versions with numpy broadcasting, are done in place: their numpy ufunc computes exactly what the
-regular kernel does.
+Only float32/float64 tensors of the ops whose kernel declares an in-place form (@kernel's
+`in_place`: Add, Sub, Mul, Div, Relu, Neg, Tanh, Exp, Abs, Sqrt at the versions with numpy
+broadcasting) are done in place: that form computes exactly what the regular kernel does.
+This is a stage after planning: `donate(plan, execute)` rewrites a planned Plan's steps.
 """
 from __future__ import annotations
 
 import sys
+from types import SimpleNamespace
 from typing import Callable
 
 import numpy as np
 
-from .ops._common import with_scalar
+from .plan import Plan
 
 # Below this many elements a new array costs no more than the checks (numpy reuses small blocks).
 MIN_SIZE = 16384
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-_BINARY = {"Add": (np.add, (7, 13, 14)), "Sub": (np.subtract, (7, 13, 14)), "Mul": (np.multiply, (7, 13, 14)),
-           "Div": (np.divide, (7, 13, 14))}
-_UNARY = {"Relu": (lambda x: with_scalar(np.maximum, x, 0, out=x), (6, 13, 14)), "Neg": (lambda x: np.negative(x, out=x), (6, 13)),
-          "Tanh": (lambda x: np.tanh(x, out=x), (6, 13)), "Exp": (lambda x: np.exp(x, out=x), (6, 13)),
-          "Abs": (lambda x: np.abs(x, out=x), (6, 13)), "Sqrt": (lambda x: np.sqrt(x, out=x), (6, 13))}
+
+
+def donate(plan: Plan, execute: Callable) -> None:
+    """Give each step whose kernel has an in-place form, and one of whose inputs dies there (read once
+    by it), the wrapper that writes into that input when the run-time checks allow. execute: the
+    executor's loop, whose call pattern the reference counts are calibrated on (once)."""
+    if not _limits:
+        _limits.append(_calibrate(execute))
+    steps = []
+    for step, info in zip(plan.steps, plan.infos):
+        fn, ins, o, frees = step
+        if info.in_place is not None:
+            donated = tuple(p for p, s in enumerate(ins) if s in frees and ins.count(s) == 1)
+            if donated:
+                step = (wrap(info.in_place, fn, donated, len(ins)), ins, o, frees)
+        steps.append(step)
+    plan.steps = steps
 
 
 def _refs(a) -> tuple[int, int]:
@@ -39,12 +53,10 @@ def _refs(a) -> tuple[int, int]:
     return sys.getrefcount(a), (sys.getrefcount(base) if base is not None else 0)
 
 
-def _calibrate() -> tuple[int, int]:
+def _calibrate(execute: Callable) -> tuple[int, int]:
     """What _refs reports, one frame below a kernel the executor calls, for an input only its slot
     holds, and for the buffer of such an input that is the sole view of it: measured by running a
-    two-step plan through executor.execute itself, so the count follows its call pattern."""
-    from types import SimpleNamespace
-    from .executor import execute      # the executor imports plan.py, which imports this module
+    two-step plan through the executor's `execute` itself, so the count follows its call pattern."""
     seen = []
 
     def free(a):              # stands for _free: one frame between the kernel and _refs
@@ -57,7 +69,7 @@ def _calibrate() -> tuple[int, int]:
     return seen[0]
 
 
-_limits: list[tuple[int, int]] = []      # _calibrate()'s result, measured on first use
+_limits: list[tuple[int, int]] = []      # _calibrate()'s result, measured by the first donate()
 
 
 def _free(a) -> bool:
@@ -65,8 +77,6 @@ def _free(a) -> bool:
     if a.__class__ is not np.ndarray or a.dtype not in _FLOATS or not a.flags.writeable:
         return False
     held, base_held = _refs(a)
-    if not _limits:
-        _limits.append(_calibrate())
     max_held, max_base_held = _limits[0]
     if held > max_held:
         return False
@@ -77,34 +87,28 @@ def _free(a) -> bool:
             and base_held <= max_base_held)
 
 
-def wrap(op_type: str, version: int, regular: Callable, donated: tuple[int, ...]) -> Callable:
-    """The step function for op_type whose inputs at positions `donated` die at this step."""
-    if op_type in _BINARY and version in _BINARY[op_type][1]:
-        ufunc = _BINARY[op_type][0]
+def wrap(in_place: Callable, regular: Callable, donated: tuple[int, ...], n_inputs: int) -> Callable:
+    """The step function for a kernel (`regular`) with the in-place form `in_place(*inputs, out=)`,
+    whose inputs at positions `donated` die at this step."""
+    if n_inputs == 2:
         first, second = 0 in donated, 1 in donated
 
         def binary(a, b):
             if (a.__class__ is np.ndarray and b.__class__ is np.ndarray and a.dtype == b.dtype
                     and max(a.size, b.size) >= MIN_SIZE):
                 if first and _free(a) and _fits(b.shape, a.shape):
-                    return ufunc(a, b, out=a)
+                    return in_place(a, b, out=a)
                 if second and _free(b) and _fits(a.shape, b.shape):
-                    return ufunc(a, b, out=b)
+                    return in_place(a, b, out=b)
             return regular(a, b)
         binary.regular = regular      # schedule.py goes back to it where another branch still reads
         return binary
-    if op_type in _UNARY and version in _UNARY[op_type][1] and 0 in donated:
-        fn = _UNARY[op_type][0]
-
+    if n_inputs == 1 and 0 in donated:
         def unary(x):
-            return fn(x) if x.__class__ is np.ndarray and x.size >= MIN_SIZE and _free(x) else regular(x)
+            return in_place(x, out=x) if x.__class__ is np.ndarray and x.size >= MIN_SIZE and _free(x) else regular(x)
         unary.regular = regular
         return unary
     return regular
-
-
-def supported(op_type: str, domain: str) -> bool:
-    return domain in ("", "ai.onnx") and (op_type in _BINARY or op_type in _UNARY)
 
 
 def _fits(small: tuple, big: tuple) -> bool:

@@ -3,9 +3,10 @@
 numpy releases the GIL inside ufunc loops, `take` and BLAS calls, so a kernel whose work splits into
 independent blocks can spread them over a small shared thread pool. ONNX_MINI_THREADS caps the
 threads (default: the CPU count; 1 disables it), a prepared model's `threads=` or a session's
-intra_op_num_threads caps them per run (`running`). Kernels stay pure: each part writes its own slice.
-A part running on a pool thread never splits again (it runs its work inline), so parts cannot wait
-on each other.
+intra_op_num_threads caps them per run (`limited`, entered by run_scope.running). Kernels stay
+pure: each part writes its own slice. A part running on a pool thread never splits again (it runs
+its work inline), so parts cannot wait on each other. This module imports no other onnx_mini
+module (blas builds on it).
 """
 from __future__ import annotations
 
@@ -80,19 +81,5 @@ def limited(threads: int | None):
     token = _cap.set(threads or None)
     try:
         yield
-    finally:
-        _cap.reset(token)
-
-
-@contextlib.contextmanager
-def running(threads: int | None = None):
-    """The scope of one model run: at most `threads` threads, numpy's BLAS under blas.during_run
-    (and, once per process, malloc tuned by memory.tune_once)."""
-    from . import blas, memory      # blas builds on split(); imported here to keep the import order simple
-    memory.tune_once()
-    token = _cap.set(threads or None)
-    try:
-        with blas.during_run():
-            yield
     finally:
         _cap.reset(token)

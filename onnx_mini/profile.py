@@ -21,8 +21,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import parallel
-from .backend import PreparedModel
+from . import run_scope
+from .engine import PreparedModel, prepare
 from .executor import execute
 from .inputs import bind_inputs
 from .plan import Plan, StepInfo, describe_value
@@ -51,10 +51,17 @@ class NodeStats(_Mean):
     live_bytes: int = 0                 # alive right after the node ran (its inputs not yet freed), last run
     inputs: list[str] = field(default_factory=list)    # 'float32[1, 3, 224, 224]', first run
     outputs: list[str] = field(default_factory=list)
+    algorithm: str = ""                 # how the kernel computed (Conv: select.ALGORITHMS), "" if it does not say
 
     @property
     def op(self) -> str:
         return f"{self.domain}::{self.op_type}" if self.domain else self.op_type
+
+    @property
+    def op_label(self) -> str:
+        """'Conv-11', or 'Conv-11 [winograd]' when the kernel says which algorithm ran."""
+        label = f"{self.op}-{self.version}"
+        return f"{label} [{self.algorithm}]" if self.algorithm else label
 
 
 @dataclass
@@ -130,7 +137,8 @@ class Profile:
                           "mean_ms": g.mean_s * 1e3, "share": g.total_s / total} for g in self.by_op_type()],
             "nodes": [{"index": n.index, "name": n.name, "op": n.op, "version": n.version, "calls": n.calls,
                        "total_ms": n.total_s * 1e3, "mean_ms": n.mean_s * 1e3, "max_ms": n.max_s * 1e3,
-                       "live_bytes": n.live_bytes, "inputs": n.inputs, "outputs": n.outputs}
+                       "live_bytes": n.live_bytes, "inputs": n.inputs, "outputs": n.outputs,
+                       **({"algorithm": n.algorithm} if n.algorithm else {})}
                       for n in self.nodes],
         }
 
@@ -149,7 +157,7 @@ class Profile:
         ranked = self.slowest(top)
         if ranked:
             lines += ["", f"slowest {len(ranked)} node(s):"]
-            rows = [(n.name or f"#{n.index}", f"{n.op}-{n.version}", str(n.calls), f"{n.mean_s * 1e3:.3f}",
+            rows = [(n.name or f"#{n.index}", n.op_label, str(n.calls), f"{n.mean_s * 1e3:.3f}",
                      f"{100 * n.total_s / total:.1f}", format_bytes(n.live_bytes), ", ".join(n.outputs))
                     for n in ranked]
             lines += _grid(("node", "op", "calls", "mean ms", "%", "live after", "outputs"), rows)
@@ -174,7 +182,7 @@ class Profile:
             n = self.nodes[e.index]
             events.append({"name": n.name or n.op_type, "cat": n.op, "ph": "X", "pid": 1, "tid": 2,
                            "ts": e.start_s * 1e6, "dur": e.dur_s * 1e6,
-                           "args": {"op": f"{n.op}-{n.version}", "run": e.run + 1, "inputs": n.inputs,
+                           "args": {"op": n.op_label, "run": e.run + 1, "inputs": n.inputs,
                                     "outputs": n.outputs, "live_bytes": e.live_bytes}})
             events.append({"name": "live bytes", "ph": "C", "pid": 1, "tid": 2, "ts": (e.start_s + e.dur_s) * 1e6,
                            "args": {"bytes": e.live_bytes}})
@@ -211,7 +219,7 @@ class Profile:
             f"<tr><td>{esc(g.op)}</td><td>{g.nodes}</td><td>{g.calls}</td><td>{g.total_s * 1e3:.3f}</td>"
             f"<td>{g.mean_s * 1e3:.3f}</td><td>{100 * g.total_s / total:.1f}</td></tr>" for g in groups)
         node_rows = "".join(
-            f"<tr><td>{n.index}</td><td>{esc(n.name)}</td><td>{esc(n.op)}-{n.version}</td><td>{n.calls}</td>"
+            f"<tr><td>{n.index}</td><td>{esc(n.name)}</td><td>{esc(n.op_label)}</td><td>{n.calls}</td>"
             f"<td>{n.mean_s * 1e3:.3f}</td><td>{100 * n.total_s / total:.1f}</td>"
             f"<td>{esc(format_bytes(n.live_bytes))}</td><td>{esc(', '.join(n.inputs))}</td>"
             f"<td>{esc(', '.join(n.outputs))}</td></tr>" for n in self.nodes)
@@ -255,16 +263,24 @@ def profile(model, feeds, runs: int = 10, *, warmup: int = 1, optimize: bool = T
     total = warmup + runs
     for r in range(total):
         recorder.start(r - warmup if r >= warmup else None)
-        with parallel.running(prepared.threads):
+        with run_scope.running(prepared.threads):
             execute(plan, recorder.bind(feeds), recorder.hook)
         recorder.finish()
         if progress is not None:
             progress(r + 1, total)
+    for n, info in zip(nodes, plan.infos):
+        n.algorithm = _algorithm(info)
     return Profile(name, nodes, recorder.events, recorder.run_times, recorder.run_spans, constant_bytes)
 
 
+def _algorithm(info: StepInfo) -> str:
+    """The algorithm(s) the step's kernel reports for the shapes it ran on (its function's
+    `algorithms`, shape -> name: Conv), distinct names joined, in the order first seen."""
+    seen = getattr(info.kernel, "algorithms", None)
+    return ", ".join(dict.fromkeys(seen.values())) if isinstance(seen, dict) else ""
+
+
 def _prepare(model, optimize: bool) -> PreparedModel:
-    from .backend import prepare
     session = getattr(model, "prepared", None)     # an InferenceSession
     if isinstance(session, PreparedModel):
         return session

@@ -4,7 +4,8 @@ The steps of a plan are in one topological order. A *narrow cut* is a point of t
 most one value made by the steps is alive (a chain of modules: ResNet blocks, Inception modules). The
 steps between two narrow cuts, but for the last (the join: Concat, the residual Add fused into the
 last convolution), split into weakly connected components; two or more components holding heavy
-work (a convolution, a matrix product, a pool, a recurrence) are *branches*: each reads only values
+work (a step whose kernel is declared heavy: a convolution, a matrix product, a pool, a recurrence;
+worth a thread hand-off of ~70 us here) are *branches*: each reads only values
 from before the segment and its own values, so they can run at the same time.
 
 At run time (executor.execute, when parallel.threads() > 1 and numpy's BLAS is managed by
@@ -19,13 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .plan import DISCARD_SLOT, Plan
-
-# Ops whose steps are worth a thread hand-off (~70 us here): everything else is too short to matter.
-HEAVY = frozenset({"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "DeformConv", "MatMul", "Gemm",
-                   "MatMulInteger", "QLinearMatMul", "MaxPool", "AveragePool", "LpPool", "LSTM", "GRU", "RNN",
-                   "Attention", "MultiHeadAttention", "Einsum", "Resize", "NhwcConv", "FusedConv",
-                   "FusedMatMul", "Col2Im"})
-
 
 # A block runs its branches at the same time only when the second-longest branch took at least this
 # long in the first run (the gain is at most that branch's time; a hand-off costs ~0.1 ms here).
@@ -102,7 +96,7 @@ def _block(plan: Plan, a: int, join: int, producer: dict[int, int]) -> Block | N
     groups: dict[int, list[int]] = {}
     for i in range(a, join):
         groups.setdefault(root(i), []).append(i)
-    heavy = [g for g in groups.values() if any(_heavy(plan.infos[i].op_type) for i in g)]
+    heavy = [g for g in groups.values() if any(plan.infos[i].heavy for i in g)]
     if len(groups) < 2 or len(heavy) < 2:
         return None
     branch_of = {i: k for k, g in enumerate(groups.values()) for i in g}
@@ -118,9 +112,5 @@ def _block(plan: Plan, a: int, join: int, producer: dict[int, int]) -> Block | N
             branch.append((i, fn, ins, out, own))
         branches.append(tuple(branch))
     # heaviest first: the branch started last should be the one that ends soonest
-    branches.sort(key=lambda br: -sum(_heavy(plan.infos[i].op_type) for i, *_ in br))
+    branches.sort(key=lambda br: -sum(plan.infos[i].heavy for i, *_ in br))
     return Block(a, join, tuple(branches), tuple(after))
-
-
-def _heavy(op_type: str) -> bool:
-    return op_type in HEAVY

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from . import dtypes, loader
-from .backend import PreparedModel, trace_hook
+from .engine import PreparedModel, trace_hook
 from .errors import InputError
 from .graph import ModelMetadata, TypeInfo, ValueInfo
 from .inputs import export_outputs, type_string

@@ -22,8 +22,8 @@ from typing import Any, Callable, ContextManager
 import numpy as np
 
 from .errors import OnnxMiniError
-from .graph import Function, TypeInfo, ValueInfo
-from .plan import Plan, build_plan
+from .graph import Graph, TypeInfo, ValueInfo
+from .plan import Plan
 
 MAX_SIGNATURES = 8
 _SHAPE_OPS = frozenset({"Shape", "Size"})
@@ -32,14 +32,11 @@ _SHAPE_OPS = frozenset({"Shape", "Size"})
 class Specializer:
     """The specialised plans of one general plan, by input signature."""
 
-    def __init__(self, plan: Plan, opsets: dict[str, int], functions: dict[tuple[str, str], Function] | None,
-                 planning: Callable[[], ContextManager], options: dict | None = None):
+    def __init__(self, plan: Plan, replan: Callable[[Graph, dict], Plan], planning: Callable[[], ContextManager]):
         self.plan = plan
         self._source = plan.source     # the optimised graph `plan` was built from
-        self._opsets = opsets
-        self._functions = functions
+        self._replan = replan          # (graph, constants by name) -> its plan, as the model prepares one
         self._planning = planning      # the model's planning context (its custom ops and size limit)
-        self._options = options        # the model's kernel options
         self._plans: dict[tuple, tuple[Plan, tuple[int, ...]] | None] = {}
         self._lock = threading.Lock()
 
@@ -76,8 +73,7 @@ class Specializer:
                                                       zip(self._source.inputs, key)])
                 try:
                     with self._planning():
-                        plan = build_plan(graph, self._opsets, self._functions, optimize=True,
-                                          constants=_named_constants(self.plan), options=self._options)
+                        plan = self._replan(graph, _named_constants(self.plan))
                 except OnnxMiniError:
                     plan = None        # the general plan runs it (and reports any error with its node)
                 if plan is not None:

@@ -17,7 +17,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnx_mini
-from onnx_mini import blas, parallel
+from onnx_mini import blas, parallel, run_scope
 
 needs_openblas = pytest.mark.skipif(not blas.managed(), reason="numpy's BLAS is not the bundled OpenBLAS")
 
@@ -62,7 +62,7 @@ CASES = [
 def test_split_products_equal_numpy(small_parts, sa, sb, dtype):
     rng = np.random.default_rng(0)
     a, b = ints(rng, *sa, dtype=dtype), ints(rng, *sb, dtype=dtype)
-    with parallel.running():
+    with run_scope.running():
         y = blas.matmul(a, b)
     if parallel.threads() > 1 and blas.managed():
         assert small_parts, "the product was not split"
@@ -75,7 +75,7 @@ def test_split_into_out_and_views(small_parts):
     a = ints(rng, 64, 48)[:, ::2]              # a strided view
     b = ints(rng, 24, 70).T.copy().T           # Fortran-ordered
     out = np.full((64, 70), np.nan, np.float32)
-    with parallel.running():
+    with run_scope.running():
         y = blas.matmul(a, b, out=out)
     assert y is out
     np.testing.assert_array_equal(out, np.matmul(a, b))
@@ -85,14 +85,14 @@ def test_no_split_outside_runs_or_with_one_thread(small_parts):
     rng = np.random.default_rng(2)
     a, b = ints(rng, 40, 30), ints(rng, 30, 40)
     np.testing.assert_array_equal(blas.matmul(a, b), a @ b)      # not inside a run
-    with parallel.running(1):
+    with run_scope.running(1):
         np.testing.assert_array_equal(blas.matmul(a, b), a @ b)
     assert small_parts == []
 
 
 def test_non_float_and_mismatched_go_to_numpy(small_parts):
     a = np.arange(600, dtype=np.int64).reshape(20, 30)
-    with parallel.running():
+    with run_scope.running():
         np.testing.assert_array_equal(blas.matmul(a, a.T), a @ a.T)
         with pytest.raises(ValueError):
             blas.matmul(np.ones((4, 5), np.float32), np.ones((4, 5), np.float32))
@@ -106,9 +106,9 @@ def test_openblas_one_thread_during_runs_and_restored():
     try:
         set_(2)
         seen = []
-        with parallel.running():
+        with run_scope.running():
             seen.append(get())
-            with parallel.running():        # nested (a subgraph, a second session): still one
+            with run_scope.running():        # nested (a subgraph, a second session): still one
                 seen.append(get())
             seen.append(get())
         assert seen == [1, 1, 1]
@@ -126,13 +126,13 @@ def test_concurrent_runs_restore_once_the_last_ends():
         inside, release = threading.Event(), threading.Event()
 
         def other():
-            with parallel.running():
+            with run_scope.running():
                 inside.set()
                 release.wait(10)
         t = threading.Thread(target=other)
         t.start()
         assert inside.wait(10)
-        with parallel.running():
+        with run_scope.running():
             assert get() == 1
         assert get() == 1, "restored while another run was still in progress"
         release.set()
@@ -179,8 +179,8 @@ def test_threads_option_is_checked():
 
 
 def test_native_mode_leaves_blas_alone():
-    code = ("import onnx_mini.blas as b, onnx_mini.parallel as p\n"
-            "with p.running(): pass\n"
+    code = ("import onnx_mini.blas as b, onnx_mini.run_scope as r\n"
+            "with r.running(): pass\n"
             "print(b.managed())\n")
     env = dict(os.environ, ONNX_MINI_BLAS_THREADS="native")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
@@ -197,10 +197,10 @@ def test_auto_policy_follows_the_load(monkeypatch, busy):
     before = get()
     try:
         set_(2)
-        with parallel.running():
+        with run_scope.running():
             seen = (get(), blas.splitting())
         assert seen == ((1, True) if busy else (2, False))
-        with parallel.running(1):              # a sequential run: one BLAS thread whatever the load
+        with run_scope.running(1):              # a sequential run: one BLAS thread whatever the load
             assert (get(), blas.splitting()) == (1, True)
         assert get() == 2
     finally:
@@ -214,9 +214,9 @@ def test_sequential_run_joining_a_native_one_gets_one_blas_thread(monkeypatch):
     before = get()
     try:
         set_(2)
-        with parallel.running():
+        with run_scope.running():
             assert (get(), blas.splitting()) == (2, False)
-            with parallel.running(1):
+            with run_scope.running(1):
                 assert (get(), blas.splitting()) == (1, True)
         assert get() == 2
     finally:
@@ -230,10 +230,93 @@ def test_own_threads_puts_openblas_on_one_thread_in_native_mode(monkeypatch):
     before = get()
     try:
         set_(2)
-        with parallel.running():
+        with run_scope.running():
             with blas.own_threads():
                 inside = get()
             after = get()
         assert (inside, after) == (1, 2)
     finally:
         set_(before)
+
+
+@needs_openblas
+def test_own_threads_ending_keeps_one_thread_for_a_sequential_run(monkeypatch):
+    """One owner for runs and own_threads blocks: a block that ends while a sequential run (which
+    joined the native one) is in progress leaves OpenBLAS on one thread; the last run restores it."""
+    monkeypatch.setattr(blas, "POLICY", "native_for_test")
+    get, set_ = blas._OPENBLAS
+    before = get()
+    try:
+        set_(2)
+        with run_scope.running():
+            block = blas.own_threads()
+            block.__enter__()
+            assert get() == 1
+            with run_scope.running(1):
+                block.__exit__(None, None, None)
+                assert (get(), blas.splitting()) == (1, True)
+            assert get() == 1                   # the mode of the runs in progress: split until they all end
+        assert get() == 2
+        with blas.own_threads():               # outside runs: nothing changes
+            assert get() == 2
+    finally:
+        set_(before)
+
+
+@needs_openblas
+@pytest.mark.parametrize("policy", ["split", "native_for_test"])
+def test_overlapping_runs_and_blocks_from_threads_restore_the_count(monkeypatch, policy):
+    """Runs from several threads, capped or not, with own_threads blocks inside, starting and ending
+    in every order: once all have ended OpenBLAS has the count it had before, and during any of them
+    it never has more than that."""
+    monkeypatch.setattr(blas, "POLICY", policy)
+    get, set_ = blas._OPENBLAS
+    before = get()
+    try:
+        set_(3)
+        seen, errors = [], []
+        barrier = threading.Barrier(4)
+
+        def worker(k):
+            try:
+                barrier.wait(10)
+                for i in range(200):
+                    with run_scope.running(1 if (i + k) % 3 == 0 else None):
+                        seen.append(get())
+                        if i % 2:
+                            with blas.own_threads():
+                                seen.append(get())
+            except Exception as e:       # reported below: a thread's assertion would be lost
+                errors.append(e)
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors and not any(t.is_alive() for t in threads)
+        assert set(seen) <= {1, 3} and get() == 3
+        assert (blas._state.runs, blas._state.blocks) == (0, 0)
+    finally:
+        set_(before)
+
+
+def test_run_services_import_no_cycle():
+    """parallel imports no onnx_mini module, blas only parallel, memory none; run_scope ties them."""
+    import ast
+    import pathlib
+
+    def imported(mod):
+        tree = ast.parse(pathlib.Path(mod.__file__).read_text())
+        names = set()
+        for node in ast.walk(tree):        # function-level imports too: none may dodge a cycle
+            if isinstance(node, ast.ImportFrom) and node.level:
+                names.update([node.module] if node.module else [a.name for a in node.names])
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+                names.update(m.split(".", 1)[1] for m in mods if m.startswith("onnx_mini."))
+        return names
+    from onnx_mini import memory
+    assert imported(parallel) == set()
+    assert imported(blas) == {"parallel"}
+    assert imported(memory) == set()
+    assert imported(run_scope) == {"blas", "memory", "parallel"}

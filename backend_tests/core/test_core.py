@@ -7,7 +7,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_mini
+from onnx_mini import catalog
 from onnx_mini import registry
+from onnx_mini import resolve as resolve_module
 from onnx_mini.errors import (GraphError, InputError, InvalidNodeError, KernelError, OnnxMiniError,
                               UnsupportedOperatorError)
 from onnx_mini.graph import Node, topo_sort
@@ -66,8 +68,8 @@ def test_output_produced_by_nothing():
 @pytest.mark.parametrize("opset, version", [(1, 1), (4, 1), (5, 5), (12, 5), (13, 13), (14, 14), (18, 14),
                                             (19, 19), (25, 25)])
 def test_reshape_version_follows_opset(opset, version):
-    assert registry.resolve("", "Reshape", opset).version == version
-    assert registry.resolve("ai.onnx", "Reshape", opset).kernel.since == version
+    assert resolve_module.resolve("", "Reshape", opset).version == version
+    assert resolve_module.resolve("ai.onnx", "Reshape", opset).kernel.since == version
 
 
 def test_reshape_1_and_5_run_with_their_own_signature():
@@ -101,9 +103,9 @@ def test_unknown_op_domain_and_version_are_reported():
 def test_schema_function_body_is_inlined(monkeypatch):
     # GreaterOrEqual-12 has a kernel, and a schema body (Greater, Equal, Or): without the kernel,
     # resolution must inline that body, naming its nodes after the caller.
-    registry.load_all_ops()
+    catalog.load_all_ops()
     monkeypatch.delitem(registry._KERNELS, ("", "GreaterOrEqual", 12))
-    registry._resolve.cache_clear()
+    resolve_module._resolve.cache_clear()
     try:
         rep = onnx_mini.prepare(model([helper.make_node("GreaterOrEqual", ["x", "y"], ["z"], name="ge")],
                                       [("x", F, [3]), ("y", F, [3])], [("z", TensorProto.BOOL, [3])], opset=12))
@@ -112,7 +114,7 @@ def test_schema_function_body_is_inlined(monkeypatch):
         (z,) = rep.run([np.array([1, 2, 3], np.float32), np.array([2, 2, 2], np.float32)])
         assert z.tolist() == [False, True, True]
     finally:
-        registry._resolve.cache_clear()
+        resolve_module._resolve.cache_clear()
 
 
 def test_model_local_function_is_inlined():
@@ -243,6 +245,7 @@ def test_one_prepared_model_runs_from_many_threads():
 from onnx import TensorProto  # noqa: E402
 
 from onnx_mini import plan as plan_module  # noqa: E402
+from onnx_mini import planner  # noqa: E402
 from onnx_mini.graph import free_names  # noqa: E402
 
 SEQ_F = helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, None))
@@ -367,7 +370,8 @@ def test_kernel_error_describes_sequences():
 @pytest.fixture
 def choose_kernel(monkeypatch):
     """A temporary If-like kernel test.subplan::Choose(cond; then_branch, else_branch, extra: GRAPHS)."""
-    from onnx_mini.registry import _KERNELS, _resolve, kernel
+    from onnx_mini.registry import _KERNELS, kernel
+    from onnx_mini.resolve import _resolve
 
     calls = []
     monkeypatch.setattr(registry, "_KERNELS", dict(_KERNELS))   # the registration disappears afterwards
@@ -428,7 +432,7 @@ def test_graphs_attribute_becomes_a_list_of_subplans(choose_kernel):
 
 def test_subplans_are_built_at_prepare_only(choose_kernel, monkeypatch):
     rep = onnx_mini.prepare(choose_model())
-    monkeypatch.setattr(plan_module, "build_plan", lambda *a, **k: pytest.fail("planned at run time"))
+    monkeypatch.setattr(planner, "build_plan", lambda *a, **k: pytest.fail("planned at run time"))
     one = np.ones(2, np.float32)
     for cond in (True, False, True):
         rep.run([np.array(cond), one, one, one])
@@ -471,9 +475,9 @@ def test_run_node_tells_sequences_from_nested_number_lists():
 def test_function_body_gets_the_schema_default_of_an_omitted_attribute(monkeypatch):
     # MeanVarianceNormalization's body reads @axes; a caller without `axes` means the schema default
     # [0, 2, 3], which only the schema (not the body's FunctionProto) knows.
-    registry.load_all_ops()
+    catalog.load_all_ops()
     monkeypatch.delitem(registry._KERNELS, ("", "MeanVarianceNormalization", 13), raising=False)
-    registry._resolve.cache_clear()
+    resolve_module._resolve.cache_clear()
     try:
         x = np.arange(24, dtype=np.float32).reshape(2, 3, 2, 2) ** 2
         rep = onnx_mini.prepare(model([helper.make_node("MeanVarianceNormalization", ["x"], ["y"])],
@@ -483,4 +487,4 @@ def test_function_body_gets_the_schema_default_of_an_omitted_attribute(monkeypat
         std = np.sqrt((x ** 2).mean(axis=(0, 2, 3), keepdims=True) - mean ** 2)
         np.testing.assert_allclose(rep.run([x])[0], (x - mean) / (std + 1e-9), rtol=1e-4)
     finally:
-        registry._resolve.cache_clear()
+        resolve_module._resolve.cache_clear()

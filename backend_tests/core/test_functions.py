@@ -9,8 +9,11 @@ import pytest
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 import onnx_mini
-from onnx_mini import plan as plan_module
+from onnx_mini import catalog
+from onnx_mini import inline
 from onnx_mini import registry
+from onnx_mini import resolve as resolve_module
+from onnx_mini import schema_bodies
 from onnx_mini.errors import InvalidNodeError, UnsupportedOperatorError
 
 from helpers import NODE, assert_same, i64
@@ -160,15 +163,15 @@ def test_recursive_functions_are_refused():
 @pytest.fixture
 def without_kernel(monkeypatch):
     """remove(op): the op's kernels disappear for this test, so its schema function body runs."""
-    registry.load_all_ops()
+    catalog.load_all_ops()
 
     def remove(op, domain=""):
         for key in [k for k in registry._KERNELS if k[:2] == (domain, op)]:
             monkeypatch.delitem(registry._KERNELS, key)
-        registry._resolve.cache_clear()
+        resolve_module._resolve.cache_clear()
     yield remove
     monkeypatch.undo()
-    registry._resolve.cache_clear()
+    resolve_module._resolve.cache_clear()
 
 
 def test_schema_body_with_loop(without_kernel):
@@ -193,8 +196,8 @@ def test_schema_body_with_if(without_kernel):
 def test_typed_body_built_at_prepare_time_from_declared_types(without_kernel, monkeypatch):
     without_kernel("CastLike")
     built = []
-    monkeypatch.setattr(plan_module, "typed_function_body",
-                        lambda *a: built.append(a[2]) or registry.typed_function_body(*a))
+    monkeypatch.setattr(inline, "typed_function_body",
+                        lambda *a: built.append(a[2]) or schema_bodies.typed_function_body(*a))
     rep = onnx_mini.prepare(model([make_node("CastLike", ["x", "like"], ["y"])],
                                   {"x": f32([1.5, -2.5]), "like": i64([0])}, ["y"], opset=21))
     assert len(built) == 1 and built[0][1].elem_type == I64
@@ -206,8 +209,8 @@ def test_typed_body_built_at_prepare_time_from_declared_types(without_kernel, mo
 def test_typed_body_built_per_run_time_signature(without_kernel, monkeypatch):
     without_kernel("CastLike")
     built = []
-    monkeypatch.setattr(plan_module, "typed_function_body",
-                        lambda *a: built.append(a[2]) or registry.typed_function_body(*a))
+    monkeypatch.setattr(inline, "typed_function_body",
+                        lambda *a: built.append(a[2]) or schema_bodies.typed_function_body(*a))
     g = helper.make_graph([make_node("Identity", ["like"], ["like2"]), make_node("CastLike", ["x", "like2"], ["y"],
                                                                                   name=NODE)], "main",
                           [helper.make_tensor_value_info("x", F, None),

@@ -1,4 +1,4 @@
-"""onnx_mini.memory: glibc's malloc tuned once per process, large layer outputs in recycled buffers."""
+"""onnx_mini.memory: large layer outputs in recycled buffers; glibc's malloc tuned only when asked."""
 from __future__ import annotations
 
 import os
@@ -11,33 +11,93 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_mini
-from onnx_mini import memory, parallel
+from onnx_mini import memory, run_scope
+
+# Run in a fresh interpreter with mallopt replaced by a recorder: prepares and runs a model, then
+# prints the mallopt calls, whether memory says malloc is tuned, and whether it recycles.
+_RUN_AND_REPORT = """
+import ctypes, types
+calls = []
+real = ctypes.CDLL
+ctypes.CDLL = lambda name, *a, **k: types.SimpleNamespace(mallopt=lambda *a: calls.append(a) or 1) \\
+    if name is None else real(name, *a, **k)
+import numpy as np
+from onnx import TensorProto, helper
+import onnx_mini
+from onnx_mini import memory
+g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+m = onnx_mini.prepare(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
+m.run([np.ones(2, np.float32)]); m.run([np.ones(2, np.float32)])
+if EXPLICIT:
+    print(onnx_mini.tune_malloc(), onnx_mini.tune_malloc())
+print(calls, memory.tuned(), memory.RECYCLE)
+"""
+
+
+def _run_and_report(malloc: str | None, explicit: bool = False) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if k != "ONNX_MINI_MALLOC"}
+    if malloc is not None:
+        env["ONNX_MINI_MALLOC"] = malloc
+    out = subprocess.run([sys.executable, "-c", _RUN_AND_REPORT.replace("EXPLICIT", str(explicit))],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip().splitlines()
+
+
+TUNED_CALLS = f"[({-3}, {32 << 20}), ({-1}, {256 << 20})]"
+
+
+def test_running_a_model_leaves_malloc_alone_by_default():
+    assert _run_and_report(None) == ["[] False True"]           # recycled buffers on, malloc untouched
+    assert _run_and_report("recycle") == ["[] False True"]
+
+
+def test_opting_in_tunes_malloc():
+    assert _run_and_report("tuned") == [f"{TUNED_CALLS} True True"]            # at the first run, once
+    assert _run_and_report(None, explicit=True) == ["True True", f"{TUNED_CALLS} True True"]
 
 
 def test_malloc_is_tuned_once_and_only_with_glibc(monkeypatch):
     calls = []
     fake = types.SimpleNamespace(mallopt=lambda *a: calls.append(a) or 1)
-    monkeypatch.setattr(memory, "_done", [False])
+    monkeypatch.setattr(memory, "_done", [False])              # opted in (ONNX_MINI_MALLOC=tuned)
+    monkeypatch.setattr(memory, "_tuned", [False])
     monkeypatch.setattr(memory.ctypes, "CDLL", lambda name: fake)
-    with parallel.running():
+    with run_scope.running():
         pass
-    with parallel.running():
+    with run_scope.running():
         pass
     assert calls == [(-3, memory.MMAP_THRESHOLD), (-1, memory.TRIM_THRESHOLD)]
+    assert memory.tuned() and onnx_mini.tune_malloc() and len(calls) == 2
 
     def no_libc(name):
         raise OSError("no libc here")
     monkeypatch.setattr(memory, "_done", [False])
+    monkeypatch.setattr(memory, "_tuned", [False])
     monkeypatch.setattr(memory.ctypes, "CDLL", no_libc)
     memory.tune_once()                     # nothing to tune, no error
     assert memory._done == [True]
+    assert not memory.tuned() and onnx_mini.tune_malloc() is False
+
+
+def test_not_opted_in_runs_never_call_mallopt(monkeypatch):
+    def fail(name):
+        raise AssertionError("mallopt looked up without opting in")
+    monkeypatch.setattr(memory, "_done", [True])               # the default: nothing to do at a run
+    monkeypatch.setattr(memory.ctypes, "CDLL", fail)
+    with run_scope.running():
+        pass
 
 
 def test_malloc_default_leaves_it_alone():
-    code = "import onnx_mini.memory as m\nprint(m._done[0] and not m.RECYCLE)\n"
-    env = dict(os.environ, ONNX_MINI_MALLOC="default")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0 and out.stdout.strip() == "True"
+    for value in ("default", "off"):
+        code = "import onnx_mini.memory as m\nprint(m._done[0] and not m.RECYCLE and not m.tuned())\n"
+        env = dict(os.environ, ONNX_MINI_MALLOC=value)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0 and out.stdout.strip() == "True"
+    assert _run_and_report("off") == ["[] False False"]
 
 
 @pytest.fixture

@@ -490,10 +490,10 @@ def test_subgraph_bodies_are_optimised_with_outer_values_left_variable():
     m = model(nodes, [("c", TensorProto.BOOL, []), ("x", F, [3, 5])], [("y", F, None)])
     opt = check(m, [np.array(True), rand(3, 5)], ["If"])
     from onnx_mini import loader  # noqa: PLC0415
-    from onnx_mini.plan import build_plan  # noqa: PLC0415
+    from onnx_mini.prepare import prepare_plan  # noqa: PLC0415
     loaded = loader.load(m)
     branch = loaded.graph.nodes[0].attrs["then_branch"]
-    plan = build_plan(branch, loaded.opsets, outer_scope=("x",))
+    plan = prepare_plan(branch, loaded.opsets, outer_scope=("x",))
     assert [(i.domain, i.op_type) for i in plan.infos] == [(FUSED, "MatMul")]
     np.testing.assert_allclose(opt.run([np.array(False), np.ones((3, 5), np.float32)])[0], -np.ones((3, 5)))
 

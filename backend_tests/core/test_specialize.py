@@ -87,8 +87,8 @@ def test_same_signature_plans_once(monkeypatch):
     model = flatten_cnn()
     fast = onnx_mini.prepare(model)
     calls = []
-    real = specialize.build_plan
-    monkeypatch.setattr(specialize, "build_plan", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = onnx_mini.engine.prepare_plan
+    monkeypatch.setattr(onnx_mini.engine, "prepare_plan", lambda *a, **k: calls.append(1) or real(*a, **k))
     x = np.ones((2, 3, 12, 12), np.float32)
     for _ in range(5):
         fast.run([x])

@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_mini
-from onnx_mini import plan as plan_module
+from onnx_mini import planner
 from onnx_mini.errors import InvalidNodeError, KernelError
 
 from helpers import assert_same, elem_type, np_type, run_op, sample
@@ -389,7 +389,7 @@ def test_sequence_map_body_is_planned_once(monkeypatch):
 
     def no_planning(*a, **k):
         raise AssertionError("planned at run time")
-    monkeypatch.setattr(plan_module, "build_plan", no_planning)
+    monkeypatch.setattr(planner, "build_plan", no_planning)
     for _ in range(2):
         assert_same(rep.run([[i64([1, 2]), i64([3])]])[0], [i64([2, 4]), i64([6])])
 

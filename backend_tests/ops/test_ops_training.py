@@ -4,7 +4,7 @@ Optimizer expectations are the pseudo code of each schema's doc, transcribed bel
 compared with a tolerance fitting the tensors' type. Gradient expectations are derivatives worked out
 by hand, or central finite differences of the forward graph in float64.
 
-Gradient needs the planner to hand the kernel its enclosing graph (the `_graph`/`_opsets` injection);
+Gradient needs the planner to hand the kernel its enclosing graph (the `_graph`/`_plan` injection);
 the "factory" mode calls the kernel factory with the parsed graph itself, the "planner" mode goes
 through onnx_mini.prepare and is skipped while the planner lacks that hook.
 """
@@ -16,6 +16,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnx_mini import registry
+from onnx_mini.executor import execute
+from onnx_mini.plan import SubPlan
+from onnx_mini.prepare import prepare_plan
 from onnx_mini.errors import InvalidNodeError, KernelError
 from onnx_mini.loader import from_proto
 from onnx_mini.ops.training import gradient_1
@@ -223,12 +226,14 @@ def run_gradient(model, feeds: dict, mode: str):
     """The Gradient node's outputs (graph outputs) for the graph inputs `feeds`."""
     if mode == "planner":
         if not HOOK:
-            pytest.skip("the planner does not inject _graph/_opsets yet")
+            pytest.skip("the planner does not inject _graph/_plan yet")
         return onnx_mini.prepare(model).run([feeds[i.name] for i in model.graph.input])
     m = from_proto(model)
     (node,) = [n for n in m.graph.nodes if n.op_type == "Gradient"]
     try:
-        fn = gradient_1(_graph=m.graph, _opsets=m.opsets, _n_inputs=len(node.inputs), _n_outputs=len(node.outputs),
+        def plan(g):     # what the planner injects: the graph planned as a body, through the whole pipeline
+            return SubPlan(prepare_plan(g, dict(m.opsets)), g.name, (), (), execute)
+        fn = gradient_1(_graph=m.graph, _plan=plan, _n_inputs=len(node.inputs), _n_outputs=len(node.outputs),
                         **node.attrs)
     except ValueError as e:  # what the planner reports as an InvalidNodeError naming the node
         raise InvalidNodeError(str(e), node=node.name, op_type="Gradient", domain=TRAINING) from e

@@ -324,7 +324,7 @@ def test_ops_table_missing_and_one_models_needs(models):
     assert re.search(r"\d+ of the \d+ \(domain, op, version\) schemas of onnx", r.stderr)
     r = cli("ops", "--missing")
     assert r.returncode == 0 and re.search(r"\d+ of the \d+ \(domain, op, version\) schemas .* cannot run", r.stderr)
-    from onnx_mini.registry import uncovered
+    from onnx_mini.coverage import uncovered
     assert len([x for x in r.stdout.splitlines() if x and not x.startswith("nothing")]) == len(uncovered())
     r = cli("ops", "--model", RESNET)
     assert r.returncode == 0 and "Conv-1: kernel" in r.stdout and "all 10 operator(s) of the model run" in r.stdout

@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 import onnx_mini
 from helpers import F, I64, model
 from onnx_mini import registry
+from onnx_mini import resolve as resolve_module
 from onnx_mini.compare import _difference
 from onnx_mini.errors import InputError, OnnxMiniError
 
@@ -41,10 +42,10 @@ def planted(monkeypatch):
     def plant(op, version, factory):
         spec = registry._KERNELS[("", op, version)]
         monkeypatch.setitem(registry._KERNELS, ("", op, version), replace(spec, factory=factory))
-        registry._resolve.cache_clear()
+        resolve_module._resolve.cache_clear()
     yield plant
     monkeypatch.undo()
-    registry._resolve.cache_clear()
+    resolve_module._resolve.cache_clear()
 
 
 @pytest.mark.parametrize("against", AGAINST)

@@ -14,7 +14,10 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnx_mini
+from onnx_mini import catalog
+from onnx_mini import custom_ops
 from onnx_mini import registry
+from onnx_mini import resolve as resolve_module
 from onnx_mini.errors import KernelError, UnsupportedOperatorError
 
 from helpers import NODE, REPO, model, run_node
@@ -27,7 +30,7 @@ DOM = "test.ext"
 @pytest.fixture
 def fresh_globals(monkeypatch):
     """Global user kernels registered inside a test vanish after it."""
-    monkeypatch.setattr(registry, "_USER", registry.CustomOps())
+    monkeypatch.setattr(custom_ops, "_USER", custom_ops.CustomOps())
 
 
 def custom_model(op="Scale", domain=DOM, opset=1, n_out=1, ai_onnx=21, **attrs):
@@ -67,7 +70,7 @@ def test_two_sessions_with_different_custom_ops_differ_and_globals_stay_untouche
     b = onnx_mini.InferenceSession(m, custom_ops=scale_ops(10.0))
     np.testing.assert_array_equal(a.run(None, {"x": X})[0], X * 2)
     np.testing.assert_array_equal(b.run(None, {"x": X})[0], X * 10)
-    assert not any(d == DOM for d, _, _ in registry.registered())
+    assert not any(d == DOM for d, _, _ in catalog.registered())
     with pytest.raises(UnsupportedOperatorError, match=r"unknown operator Scale in domain 'test\.ext'"):
         onnx_mini.prepare(custom_model())           # no custom_ops: nothing registered globally
 
@@ -195,7 +198,7 @@ def test_global_kernel_and_global_override(fresh_globals):
 
     np.testing.assert_array_equal(onnx_mini.prepare(relu_model(14)).run({"x": X})[0], -X)
     # the built-in registry itself is untouched
-    assert registry.registered()[("", "Relu", 14)].factory is not negate
+    assert catalog.registered()[("", "Relu", 14)].factory is not negate
 
 
 def test_global_kernels_are_gone_after_the_fixture():
@@ -364,9 +367,9 @@ def test_layer_normalization_below_opset_17_runs_like_version_17(opset):
 
 
 def test_resolution_reaches_contrib_schemas_only_where_onnx_has_none():
-    assert registry.resolve("", "LayerNormalization", 16).version == 1
-    assert registry.resolve("", "LayerNormalization", 17).version == 17
-    assert registry.resolve("", "SimplifiedLayerNormalization", 7).version == 1
+    assert resolve_module.resolve("", "LayerNormalization", 16).version == 1
+    assert resolve_module.resolve("", "LayerNormalization", 17).version == 17
+    assert resolve_module.resolve("", "SimplifiedLayerNormalization", 7).version == 1
 
 
 def test_truly_unknown_ai_onnx_ops_still_raise_a_clear_error():

@@ -166,3 +166,25 @@ def test_progress_and_errors():
 def test_format_bytes():
     assert [format_bytes(n) for n in (0, 1023, 1024, 5 * 2**20, 3 * 2**30)] == [
         "0 B", "1023 B", "1.0 KiB", "5.0 MiB", "3.0 GiB"]
+
+
+def test_conv_algorithm_shown_per_node(tmp_path):
+    """A Conv's row says which algorithm ran (the kernel function's `algorithms`), in the table, the
+    JSON and the HTML; a node whose kernel does not say has none."""
+    w = np.ones((4, 3, 3, 3), np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["X", "W"], ["C"], name="conv", pads=[1, 1, 1, 1]),
+         helper.make_node("Neg", ["C"], ["Y"], name="neg")],
+        "conv", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 4, 8, 8])], [numpy_helper.from_array(w, "W")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    x = np.ones((1, 3, 8, 8), np.float32)
+    prepared = onnx_mini.prepare(model, optimize=False, conv_algorithm="shifted")
+    p = onnx_mini.profile(prepared, {"X": x}, runs=1)
+    assert [(n.name, n.algorithm) for n in p.nodes] == [("conv", "shifted"), ("neg", "")]
+    assert "Conv-11 [shifted]" in p.table()
+    p.to_json(tmp_path / "p.json")
+    nodes = json.loads((tmp_path / "p.json").read_text())["nodes"]
+    assert nodes[0]["algorithm"] == "shifted" and "algorithm" not in nodes[1]
+    p.to_html(tmp_path / "p.html")
+    assert "Conv-11 [shifted]" in (tmp_path / "p.html").read_text()

@@ -422,8 +422,8 @@ def test_verbose_prepare_to_a_stream_and_log_severity():
 
 def test_trace_off_uses_the_plain_loop(monkeypatch):
     hooks = []
-    real = onnx_mini.backend.execute
-    monkeypatch.setattr(onnx_mini.backend, "execute", lambda plan, slots, hook=None: hooks.append(hook) or
+    real = onnx_mini.engine.execute
+    monkeypatch.setattr(onnx_mini.engine, "execute", lambda plan, slots, hook=None: hooks.append(hook) or
                         real(plan, slots, hook))
     onnx_mini.prepare(mlp()).run({"x": X})
     onnx_mini.prepare(mlp(), verbose=io.StringIO()).run({"x": X})

@@ -21,8 +21,7 @@ from ._common import UPCAST, with_scalar
 from .math.activations import gelu_20, swish_24
 from .math.matmul import gemm_11, matmul_1
 from .math.softmax import SOFTMAX_VIA_F32, along_axis, softmax
-from .nn._common import cached_transform
-from .nn.conv import _conv, conv_1
+from .nn.conv import Convolution
 from .nn.normalization import layer_normalization_17
 
 FUSED_DOMAIN = "onnx_mini.fused"
@@ -111,19 +110,24 @@ def _with(fn, finish):
     return run
 
 
-@kernel("Conv", since=1, domain=FUSED_DOMAIN, multi_output=False)
+@kernel("Conv", since=1, domain=FUSED_DOMAIN, multi_output=False, heavy=True)
 def fused_conv(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None,
-               activation="", activation_params=(), shuffle=0, shuffle_dims=()):
+               activation="", activation_params=(), shuffle=0, shuffle_dims=(), _constants=None, _options=None):
     """Conv, plus a residual Z (an Add / Sum folded in: in place when it keeps the output's shape), then
     the activation in place; with shuffle = g, the channel shuffle Reshape (N, g, C/g, H, W) ->
-    Transpose (0, 2, 1, 3, 4) -> Reshape `shuffle_dims` that followed (optimize/channel_shuffle.py)."""
-    conv = conv_1(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
-                  strides=strides)
+    Transpose (0, 2, 1, 3, 4) -> Reshape `shuffle_dims` that followed (optimize/channel_shuffle.py).
+    Inputs X, W, B, Z: a constant W and B are prepared once (nn.conv.Convolution), B in shuffle order."""
+    constants = dict(_constants or {})
+    b_const = b_shuffled = constants.get(2)
+    if shuffle and b_const is not None:         # the shuffled product takes B in shuffle order
+        constants[2] = b_shuffled = _shuffled_bias(b_const, shuffle)
+    convolution = Convolution(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape,
+                              pads=pads, strides=strides, constants=constants,
+                              algorithm=(_options or {}).get("conv_algorithm"), shuffle=bool(shuffle))
     act = _activation(activation, activation_params) if activation else None
-    layouts = {}                    # _conv's geometry per input shape
 
     def run(x, w, b=None, z=None):
-        y = conv(x, w, b)
+        y = convolution(x, w, b)
         if z is not None:
             y = _add_into(y, z, x, w, b)
         return y
@@ -147,10 +151,10 @@ def fused_conv(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
             if act is not None:
                 act(y)
         try:
-            return _conv(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides, epilogue,
-                         layouts=layouts)
+            return convolution(x, w, b, epilogue=epilogue)
         except (_Elsewhere, ValueError):   # not broadcastable here: the general path says how
             return general(x, w, b, z)
+    per_image.algorithms = convolution.algorithms
     if not shuffle:
         return per_image
     dims = tuple(int(d) for d in shuffle_dims)
@@ -163,20 +167,20 @@ def fused_conv(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
         # is Reshape's for dimensions that are all given).
         if (x.dtype in _INPLACE and w.dtype == x.dtype and x.ndim == 4 and w.ndim == 4
                 and (x.shape[0], w.shape[0], *x.shape[2:]) == dims):
-            bs = None if b is None else cached_transform(b, ("shuffled", shuffle), lambda: _shuffled_bias(b, shuffle))
-            return _conv(x, w, bs, auto_pad, dilations, group, kernel_shape, pads, strides,
-                         None if act is None else lambda y, i0, i1: act(y), shuffle=True, layouts=layouts)
+            bs = None if b is None else b_shuffled if b is b_const else _shuffled_bias(b, shuffle)
+            return convolution(x, w, bs, epilogue=None if act is None else lambda y, i0, i1: act(y), shuffle=True)
         y = general(x, w, b)
         try:
             return np.ascontiguousarray(y.reshape(split).transpose(0, 2, 1, 3, 4).reshape(dims))
         except ValueError:
             raise InvalidValueError(f"the channel shuffle after this Conv reshapes its output {y.shape} to "
                                     f"{split}: the sizes differ") from None
+    shuffled.algorithms = convolution.algorithms
     return shuffled
 
 
 def _shuffled_bias(b, g):
-    """B in channel-shuffle order; read-only when B is (a constant, for the caches keyed by it)."""
+    """B in channel-shuffle order (a constant's made once, read-only like it)."""
     bs = b.reshape(g, -1).T.reshape(-1)
     bs.flags.writeable = b.flags.writeable
     return bs
@@ -197,14 +201,14 @@ def _add_into(y, z, *inputs):
     return np.asarray(y + z)
 
 
-@kernel("Gemm", since=1, domain=FUSED_DOMAIN, multi_output=False)
+@kernel("Gemm", since=1, domain=FUSED_DOMAIN, multi_output=False, heavy=True)
 def fused_gemm(*, alpha=1.0, beta=1.0, transA=0, transB=0, activation="", activation_params=()):
     """Gemm (opset 7+ semantics), then the activation in place."""
     return _with(gemm_11(alpha=alpha, beta=beta, transA=transA, transB=transB),
                  _finisher(activation, activation_params))
 
 
-@kernel("MatMul", since=1, domain=FUSED_DOMAIN, multi_output=False)
+@kernel("MatMul", since=1, domain=FUSED_DOMAIN, multi_output=False, heavy=True)
 def fused_matmul(*, activation="", activation_params=()):
     """MatMul, plus a bias (an Add folded in: numpy broadcasting, in place when it keeps the product's
     shape), then the activation in place."""
@@ -252,7 +256,7 @@ def _layer_norm_f64(x, scale, bias, axis, epsilon):
     return d
 
 
-@kernel("Attention", since=1, domain=FUSED_DOMAIN, multi_output=False)
+@kernel("Attention", since=1, domain=FUSED_DOMAIN, multi_output=False, heavy=True)
 def fused_attention(*, scale=1.0, divide=0, transpose_k=0):
     """softmax(Q @ K' / scale + mask) @ V (or * scale), softmax over the last axis, K' = K (already
     transposed) or, with transpose_k, K with its last two axes swapped. float32/float64 scores are one

@@ -64,24 +64,18 @@ def shape_input(shape: np.ndarray) -> tuple:
     return dims
 
 
-def _constant_of_shape(version: int):
-    def constant_of_shape(*, value=None):
-        if value is None:
-            fill = np.zeros((), np.float32)
-        else:
-            value = np.asarray(value)
-            if value.size != 1:
-                raise ValueError(f"value must be a one-element tensor, got shape {list(value.shape)}")
-            if value.dtype not in allowed_dtypes("ConstantOfShape", version, "T2"):
-                raise ValueError(f"value of type {value.dtype} is not allowed by ConstantOfShape-{version}")
-            fill = value.reshape(())
-        return lambda shape: np.full(check_shape(shape_input(shape), fill.dtype), fill, dtype=fill.dtype)
-    constant_of_shape.__name__ = f"constant_of_shape_{version}"
-    return constant_of_shape
-
-
-for _v in (9, 20, 21, 23, 24, 25):
-    kernel("ConstantOfShape", since=_v)(_constant_of_shape(_v))
+@kernel("ConstantOfShape", since=(9, 20, 21, 23, 24, 25))
+def constant_of_shape_9(*, value=None, _version):
+    if value is None:
+        fill = np.zeros((), np.float32)
+    else:
+        value = np.asarray(value)
+        if value.size != 1:
+            raise ValueError(f"value must be a one-element tensor, got shape {list(value.shape)}")
+        if value.dtype not in allowed_dtypes("ConstantOfShape", _version, "T2"):
+            raise ValueError(f"value of type {value.dtype} is not allowed by ConstantOfShape-{_version}")
+        fill = value.reshape(())
+    return lambda shape: np.full(check_shape(shape_input(shape), fill.dtype), fill, dtype=fill.dtype)
 
 
 # -- EyeLike ---------------------------------------------------------------------------------------
@@ -96,22 +90,16 @@ def eye(rows: int, cols: int, k: int, dtype) -> np.ndarray:
     return out
 
 
-def _eye_like(version: int):
-    def eye_like(*, dtype=None, k=0):
-        out = None if dtype is None else dtype_attribute(dtype, "EyeLike", version, "T2", "dtype")
-        k = int(k)
+@kernel("EyeLike", since=(9, 22))
+def eye_like_9(*, dtype=None, k=0, _version):
+    out = None if dtype is None else dtype_attribute(dtype, "EyeLike", _version, "T2", "dtype")
+    k = int(k)
 
-        def run(x):
-            if x.ndim != 2:
-                raise InvalidValueError(f"EyeLike needs a 2-D input, got shape {list(x.shape)}")
-            return eye(x.shape[0], x.shape[1], k, x.dtype if out is None else out)
-        return run
-    eye_like.__name__ = f"eye_like_{version}"
-    return eye_like
-
-
-for _v in (9, 22):
-    kernel("EyeLike", since=_v)(_eye_like(_v))
+    def run(x):
+        if x.ndim != 2:
+            raise InvalidValueError(f"EyeLike needs a 2-D input, got shape {list(x.shape)}")
+        return eye(x.shape[0], x.shape[1], k, x.dtype if out is None else out)
+    return run
 
 
 # -- Range -----------------------------------------------------------------------------------------

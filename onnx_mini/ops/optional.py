@@ -18,7 +18,7 @@ def _wrap(input=None):
     return input
 
 
-@kernel("Optional", since=(15, 28))
+@kernel("Optional", since=(15, 28), views=True)
 def optional_15(*, type=None):
     # Without an input the `type` attribute (a TypeProto) names the empty optional's element type;
     # values carry no static type here, so it is checked, not stored.
@@ -35,7 +35,7 @@ def optional_has_element_15():
     return lambda input=None: _FALSE if input is None else _TRUE
 
 
-@kernel("OptionalGetElement", since=(15, 18, 28))
+@kernel("OptionalGetElement", since=(15, 18, 28), views=True)
 def optional_get_element_15():
     def run(input):
         if input is None:

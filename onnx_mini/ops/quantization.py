@@ -156,34 +156,29 @@ def _quantize_fn(version: int, *, axis=1, saturate=1, output_dtype=0, block_size
 
 
 @kernel("QuantizeLinear", since=10)
-def quantize_linear_10():
-    return _quantize_fn(10)
+def quantize_linear_10(*, _version):
+    return _quantize_fn(_version)
 
 
 @kernel("QuantizeLinear", since=13)
-def quantize_linear_13(*, axis=1):
-    return _quantize_fn(13, axis=axis)
+def quantize_linear_13(*, axis=1, _version):
+    return _quantize_fn(_version, axis=axis)
 
 
 @kernel("QuantizeLinear", since=19)
-def quantize_linear_19(*, axis=1, saturate=1):
-    return _quantize_fn(19, axis=axis, saturate=saturate)
+def quantize_linear_19(*, axis=1, saturate=1, _version):
+    return _quantize_fn(_version, axis=axis, saturate=saturate)
 
 
 @kernel("QuantizeLinear", since=21)
-def quantize_linear_21(*, axis=1, saturate=1, output_dtype=0, block_size=0):
-    return _quantize_fn(21, axis=axis, saturate=saturate, output_dtype=output_dtype, block_size=block_size)
+def quantize_linear_21(*, axis=1, saturate=1, output_dtype=0, block_size=0, _version):
+    return _quantize_fn(_version, axis=axis, saturate=saturate, output_dtype=output_dtype, block_size=block_size)
 
 
-def _register_quantize(version: int) -> None:
-    @kernel("QuantizeLinear", since=version)
-    def quantize_linear(*, axis=1, saturate=1, output_dtype=0, block_size=0, precision=0):
-        return _quantize_fn(version, axis=axis, saturate=saturate, output_dtype=output_dtype,
-                            block_size=block_size, precision=precision)
-
-
-for _v in (23, 24, 25, 28):
-    _register_quantize(_v)
+@kernel("QuantizeLinear", since=(23, 24, 25, 28))
+def quantize_linear_23(*, axis=1, saturate=1, output_dtype=0, block_size=0, precision=0, _version):
+    return _quantize_fn(_version, axis=axis, saturate=saturate, output_dtype=output_dtype,
+                        block_size=block_size, precision=precision)
 
 
 # -- DequantizeLinear ----------------------------------------------------------------------------
@@ -223,33 +218,23 @@ def _dequantize_fn(version: int, *, axis=1, block_size=0, output_dtype=0):
 
 
 @kernel("DequantizeLinear", since=10)
-def dequantize_linear_10():
-    return _dequantize_fn(10)
+def dequantize_linear_10(*, _version):
+    return _dequantize_fn(_version)
 
 
-@kernel("DequantizeLinear", since=13)
-def dequantize_linear_13(*, axis=1):
-    return _dequantize_fn(13, axis=axis)
+@kernel("DequantizeLinear", since=(13, 19))
+def dequantize_linear_13(*, axis=1, _version):
+    return _dequantize_fn(_version, axis=axis)
 
 
-@kernel("DequantizeLinear", since=19)
-def dequantize_linear_19(*, axis=1):
-    return _dequantize_fn(19, axis=axis)
+@kernel("DequantizeLinear", since=21)
+def dequantize_linear_21(*, axis=1, block_size=0, _version):
+    return _dequantize_fn(_version, axis=axis, block_size=block_size)
 
 
-def _register_dequantize(version: int) -> None:
-    if version < 23:
-        @kernel("DequantizeLinear", since=version)
-        def dequantize_linear(*, axis=1, block_size=0):
-            return _dequantize_fn(version, axis=axis, block_size=block_size)
-    else:
-        @kernel("DequantizeLinear", since=version)
-        def dequantize_linear(*, axis=1, block_size=0, output_dtype=0):
-            return _dequantize_fn(version, axis=axis, block_size=block_size, output_dtype=output_dtype)
-
-
-for _v in (21, 23, 24, 25, 28):
-    _register_dequantize(_v)
+@kernel("DequantizeLinear", since=(23, 24, 25, 28))
+def dequantize_linear_23(*, axis=1, block_size=0, output_dtype=0, _version):
+    return _dequantize_fn(_version, axis=axis, block_size=block_size, output_dtype=output_dtype)
 
 
 # -- DynamicQuantizeLinear -----------------------------------------------------------------------

@@ -7,7 +7,7 @@ prepared copy of the model (seeds 1.0 and 1.5 differ). Without one, the node own
 seeded from the OS at prepare time and each run draws new values. The ONNX spec calls these ops
 non-deterministic across implementations, so values never match another runtime's seeded draws
 (the official Bernoulli data come from numpy's global RandomState, not from the seed attribute).
-None of these ops is constant-folded (plan.NOT_FOLDABLE lists them all).
+None of these ops is constant-folded (their kernels are registered with foldable=False).
 
 Draws are made in float64 (float32 for normal draws of float32 and narrower types) and rounded once
 to the output type; bfloat16/float16 outputs go through float32.
@@ -76,24 +76,14 @@ def _generator_factory(op: str, version: int, draw, shape, dtype, seed, a: float
     return lambda: draw(rng(), dims, a, b, dt)
 
 
-@kernel("RandomNormal", since=1)
-def random_normal_1(*, shape, dtype=1, mean=0.0, scale=1.0, seed=None):
-    return _generator_factory("RandomNormal", 1, _normal, shape, dtype, seed, mean, scale)
+@kernel("RandomNormal", since=(1, 22), foldable=False)
+def random_normal_1(*, shape, dtype=1, mean=0.0, scale=1.0, seed=None, _version):
+    return _generator_factory("RandomNormal", _version, _normal, shape, dtype, seed, mean, scale)
 
 
-@kernel("RandomNormal", since=22)
-def random_normal_22(*, shape, dtype=1, mean=0.0, scale=1.0, seed=None):
-    return _generator_factory("RandomNormal", 22, _normal, shape, dtype, seed, mean, scale)
-
-
-@kernel("RandomUniform", since=1)
-def random_uniform_1(*, shape, dtype=1, low=0.0, high=1.0, seed=None):
-    return _generator_factory("RandomUniform", 1, _uniform, shape, dtype, seed, low, high)
-
-
-@kernel("RandomUniform", since=22)
-def random_uniform_22(*, shape, dtype=1, low=0.0, high=1.0, seed=None):
-    return _generator_factory("RandomUniform", 22, _uniform, shape, dtype, seed, low, high)
+@kernel("RandomUniform", since=(1, 22), foldable=False)
+def random_uniform_1(*, shape, dtype=1, low=0.0, high=1.0, seed=None, _version):
+    return _generator_factory("RandomUniform", _version, _uniform, shape, dtype, seed, low, high)
 
 
 def _like_factory(op: str, version: int, draw, dtype, seed, a: float, b: float):
@@ -105,24 +95,14 @@ def _like_factory(op: str, version: int, draw, dtype, seed, a: float, b: float):
     return run
 
 
-@kernel("RandomNormalLike", since=1)
-def random_normal_like_1(*, dtype=None, mean=0.0, scale=1.0, seed=None):
-    return _like_factory("RandomNormalLike", 1, _normal, dtype, seed, mean, scale)
+@kernel("RandomNormalLike", since=(1, 22), foldable=False)
+def random_normal_like_1(*, dtype=None, mean=0.0, scale=1.0, seed=None, _version):
+    return _like_factory("RandomNormalLike", _version, _normal, dtype, seed, mean, scale)
 
 
-@kernel("RandomNormalLike", since=22)
-def random_normal_like_22(*, dtype=None, mean=0.0, scale=1.0, seed=None):
-    return _like_factory("RandomNormalLike", 22, _normal, dtype, seed, mean, scale)
-
-
-@kernel("RandomUniformLike", since=1)
-def random_uniform_like_1(*, dtype=None, low=0.0, high=1.0, seed=None):
-    return _like_factory("RandomUniformLike", 1, _uniform, dtype, seed, low, high)
-
-
-@kernel("RandomUniformLike", since=22)
-def random_uniform_like_22(*, dtype=None, low=0.0, high=1.0, seed=None):
-    return _like_factory("RandomUniformLike", 22, _uniform, dtype, seed, low, high)
+@kernel("RandomUniformLike", since=(1, 22), foldable=False)
+def random_uniform_like_1(*, dtype=None, low=0.0, high=1.0, seed=None, _version):
+    return _like_factory("RandomUniformLike", _version, _uniform, dtype, seed, low, high)
 
 
 # -- Multinomial -----------------------------------------------------------------------------------
@@ -157,14 +137,9 @@ def _multinomial_factory(version: int, dtype, sample_size, seed):
     return lambda x: _multinomial(rng(), x, n, dt)
 
 
-@kernel("Multinomial", since=7)
-def multinomial_7(*, dtype=6, sample_size=1, seed=None):
-    return _multinomial_factory(7, dtype, sample_size, seed)
-
-
-@kernel("Multinomial", since=22)
-def multinomial_22(*, dtype=6, sample_size=1, seed=None):
-    return _multinomial_factory(22, dtype, sample_size, seed)
+@kernel("Multinomial", since=(7, 22), foldable=False)
+def multinomial_7(*, dtype=6, sample_size=1, seed=None, _version):
+    return _multinomial_factory(_version, dtype, sample_size, seed)
 
 
 # -- Bernoulli -------------------------------------------------------------------------------------
@@ -186,11 +161,6 @@ def _bernoulli_factory(version: int, dtype, seed):
     return run
 
 
-@kernel("Bernoulli", since=15)
-def bernoulli_15(*, dtype=None, seed=None):
-    return _bernoulli_factory(15, dtype, seed)
-
-
-@kernel("Bernoulli", since=22)
-def bernoulli_22(*, dtype=None, seed=None):
-    return _bernoulli_factory(22, dtype, seed)
+@kernel("Bernoulli", since=(15, 22), foldable=False)
+def bernoulli_15(*, dtype=None, seed=None, _version):
+    return _bernoulli_factory(_version, dtype, seed)

@@ -198,7 +198,8 @@ def _register(op: str, reduce: _Reduction, attribute_versions: tuple, input_vers
     axes_attribute.__name__ = f"{op}_{attribute_versions[0]}"
     axes_input.__name__ = f"{op}_{input_versions[0]}"
     kernel(op, since=attribute_versions)(axes_attribute)
-    kernel(op, since=input_versions)(axes_input)
+    # noop_with_empty_axes with empty axes returns the input itself (pure reductions)
+    kernel(op, since=input_versions, views=reduce.pure)(axes_input)
 
 
 for _op, (_reduce, _attr_versions, _input_versions) in REDUCTIONS.items():

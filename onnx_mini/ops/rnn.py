@@ -379,21 +379,21 @@ def _rnn(*, _n_outputs, layout=0, **attrs):
                       n_outputs=_n_outputs, has_cell=False, **attrs)
 
 
-@kernel("RNN", since=1)
+@kernel("RNN", since=1, heavy=True)
 def rnn_1(*, activation_alpha=None, activation_beta=None, activations=None, clip=None, direction="forward",
           hidden_size=None, output_sequence=0, _n_outputs):
     return _rnn(activation_alpha=activation_alpha, activation_beta=activation_beta, activations=activations,
                 clip=clip, direction=direction, hidden_size=hidden_size, _n_outputs=_n_outputs)
 
 
-@kernel("RNN", since=7)
+@kernel("RNN", since=7, heavy=True)
 def rnn_7(*, activation_alpha=None, activation_beta=None, activations=None, clip=None, direction="forward",
           hidden_size=None, _n_outputs):
     return _rnn(activation_alpha=activation_alpha, activation_beta=activation_beta, activations=activations,
                 clip=clip, direction=direction, hidden_size=hidden_size, _n_outputs=_n_outputs)
 
 
-@kernel("RNN", since=(14, 22))
+@kernel("RNN", since=(14, 22), heavy=True)
 def rnn_14(*, activation_alpha=None, activation_beta=None, activations=None, clip=None, direction="forward",
            hidden_size=None, layout=0, _n_outputs):
     return _rnn(activation_alpha=activation_alpha, activation_beta=activation_beta, activations=activations,
@@ -407,7 +407,7 @@ def _gru(*, _n_outputs, layout=0, linear_before_reset=0, **attrs):
                       n_outputs=_n_outputs, has_cell=False, linear_before_reset=linear_before_reset, **attrs)
 
 
-@kernel("GRU", since=1)
+@kernel("GRU", since=1, heavy=True)
 def gru_1(*, activation_alpha=None, activation_beta=None, activations=None, clip=None, direction="foward",
           hidden_size=None, output_sequence=0, _n_outputs):
     # the schema's default is spelled "foward": it means forward
@@ -416,7 +416,7 @@ def gru_1(*, activation_alpha=None, activation_beta=None, activations=None, clip
                 hidden_size=hidden_size, _n_outputs=_n_outputs)
 
 
-@kernel("GRU", since=3)
+@kernel("GRU", since=3, heavy=True)
 def gru_3(*, activation_alpha=None, activation_beta=None, activations=None, clip=None, direction="forward",
           hidden_size=None, linear_before_reset=0, output_sequence=0, _n_outputs):
     return _gru(activation_alpha=activation_alpha, activation_beta=activation_beta, activations=activations,
@@ -424,7 +424,7 @@ def gru_3(*, activation_alpha=None, activation_beta=None, activations=None, clip
                 linear_before_reset=linear_before_reset, _n_outputs=_n_outputs)
 
 
-@kernel("GRU", since=7)
+@kernel("GRU", since=7, heavy=True)
 def gru_7(*, activation_alpha=None, activation_beta=None, activations=None, clip=None, direction="forward",
           hidden_size=None, linear_before_reset=0, _n_outputs):
     return _gru(activation_alpha=activation_alpha, activation_beta=activation_beta, activations=activations,
@@ -432,7 +432,7 @@ def gru_7(*, activation_alpha=None, activation_beta=None, activations=None, clip
                 linear_before_reset=linear_before_reset, _n_outputs=_n_outputs)
 
 
-@kernel("GRU", since=(14, 22))
+@kernel("GRU", since=(14, 22), heavy=True)
 def gru_14(*, activation_alpha=None, activation_beta=None, activations=None, clip=None, direction="forward",
            hidden_size=None, layout=0, linear_before_reset=0, _n_outputs):
     return _gru(activation_alpha=activation_alpha, activation_beta=activation_beta, activations=activations,
@@ -447,7 +447,7 @@ def _lstm(*, _n_outputs, layout=0, input_forget=0, **attrs):
                       n_outputs=_n_outputs, has_cell=True, input_forget=input_forget, **attrs)
 
 
-@kernel("LSTM", since=1)
+@kernel("LSTM", since=1, heavy=True)
 def lstm_1(*, activation_alpha=None, activation_beta=None, activations=None, clip=None, direction="forward",
            hidden_size=None, input_forget=0, output_sequence=0, _n_outputs):
     return _lstm(activation_alpha=activation_alpha, activation_beta=activation_beta, activations=activations,
@@ -455,7 +455,7 @@ def lstm_1(*, activation_alpha=None, activation_beta=None, activations=None, cli
                  _n_outputs=_n_outputs)
 
 
-@kernel("LSTM", since=7)
+@kernel("LSTM", since=7, heavy=True)
 def lstm_7(*, activation_alpha=None, activation_beta=None, activations=None, clip=None, direction="forward",
            hidden_size=None, input_forget=0, _n_outputs):
     return _lstm(activation_alpha=activation_alpha, activation_beta=activation_beta, activations=activations,
@@ -463,7 +463,7 @@ def lstm_7(*, activation_alpha=None, activation_beta=None, activations=None, cli
                  _n_outputs=_n_outputs)
 
 
-@kernel("LSTM", since=(14, 22))
+@kernel("LSTM", since=(14, 22), heavy=True)
 def lstm_14(*, activation_alpha=None, activation_beta=None, activations=None, clip=None, direction="forward",
             hidden_size=None, input_forget=0, layout=0, _n_outputs):
     return _lstm(activation_alpha=activation_alpha, activation_beta=activation_beta, activations=activations,

@@ -41,7 +41,7 @@ def _objects(result) -> np.ndarray:
 
 # -- StringNormalizer ------------------------------------------------------------------------------
 
-@kernel("StringNormalizer", since=10)
+@kernel("StringNormalizer", since=10, views=True)
 def string_normalizer_10(*, case_change_action="NONE", is_case_sensitive=0, stopwords=None, locale=None):
     # locale only names the case mapping of the platform's C library; Python's Unicode mapping is used
     # for every locale so that results are the same everywhere.

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import InvalidValueError
 from ..graph import Graph, ValueInfo, topo_sort
+from ..plan import describe_value
 from ..registry import kernel
 
 TRAINING = "ai.onnx.preview.training"
@@ -271,10 +272,9 @@ def _forward_slice(graph: Graph, xs: list[str], zs: list[str], y: str) -> tuple[
 
 
 @kernel("Gradient", since=1, domain=TRAINING)
-def gradient_1(*, xs, y, zs=None, _graph=None, _opsets=None, _n_inputs, _n_outputs):
-    from ..plan import SubPlan, build_plan, describe_value  # plan imports the registry, which imports us
-    if _graph is None:
-        raise ValueError("Gradient needs the planner to inject the enclosing graph (_graph)")
+def gradient_1(*, xs, y, zs=None, _graph=None, _plan=None, _n_inputs, _n_outputs):
+    if _graph is None or _plan is None:
+        raise ValueError("Gradient needs the planner to inject the enclosing graph (_graph, _plan)")
     xs, zs = list(xs), list(zs or [])
     names = xs + zs
     if len(set(names)) != len(names):
@@ -287,7 +287,7 @@ def gradient_1(*, xs, y, zs=None, _graph=None, _opsets=None, _n_inputs, _n_outpu
     values = [o for n in nodes for o in n.outputs if o]
     sub = Graph(f"Gradient({y})", nodes, [ValueInfo(n, None) for n in names],
                 [ValueInfo(v, None) for v in values], consts)
-    forward = SubPlan(build_plan(sub, dict(_opsets or {})), sub.name, (), ())
+    forward = _plan(sub)            # the forward graph planned once, as a body
     order = nodes[::-1]
 
     def run(*inputs):

@@ -5,17 +5,18 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import onnx.defs
 
+from ..binding import bind, evaluate, resolved_kernel
 from ..graph import Graph, Node, ValueInfo, normalize_domain
 from ..ops.fused import FUSED_DOMAIN
-from ..plan import NOT_FOLDABLE
 
 _names = itertools.count()
-# ops whose output has the rank of their first input
+# ops whose output has the rank of their first input (still a list: to become @kernel's `rank` fact)
 _RANK_KEEPING = frozenset({"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "HardSigmoid", "HardSwish", "Elu",
                            "Selu", "Dropout", "Identity", "Cast", "BatchNormalization", "InstanceNormalization",
                            "LRN", "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool",
@@ -120,15 +121,12 @@ class Context:
         seen = self._valid.get(id(node))
         if seen is not None and seen[0] is node:
             return seen[1]
-        from ..plan import _bind
-        from ..registry import resolve
         opsets = node.opsets or self.opsets
-        opset = opsets.get(normalize_domain(node.domain))
         ok = False
         try:
-            r = resolve(node.domain, node.op_type, opset)
-            if r.kernel is not None and not has_subgraph(node):
-                _bind(node, r.kernel, opset, opsets, self.functions, False)
+            spec, opset = resolved_kernel(node, opsets, self.functions)
+            if spec is not None and not has_subgraph(node):
+                bind(node, spec, opset, opsets=opsets)
                 ok = True
         except Exception:
             ok = False
@@ -210,8 +208,7 @@ class Context:
         return result
 
     def _evaluable(self, node: Node) -> bool:
-        return (node.op_type not in NOT_FOLDABLE and not node.captures and not has_subgraph(node)
-                and node.domain != FUSED_DOMAIN)
+        return not node.captures and not has_subgraph(node) and node.domain != FUSED_DOMAIN
 
     def value(self, name: str) -> Any:
         """The constant value of `name` (evaluating the constant-only nodes that make it), or None."""
@@ -237,25 +234,9 @@ class Context:
         return self._values.get(name)
 
     def _evaluate(self, node: Node, args: list) -> list | None:
-        """Run one constant node now: its kernel directly, or (function bodies) a one-node plan."""
-        from ..executor import execute
-        from ..plan import _bind, build_plan
-        from ..registry import resolve
-        opsets = node.opsets or self.opsets
-        try:
-            r = resolve(node.domain, node.op_type, opsets.get(normalize_domain(node.domain)))
-            if r.kernel is not None and (node.domain, node.op_type) not in self.functions:
-                fn = _bind(node, r.kernel, opsets.get(normalize_domain(node.domain)), opsets, self.functions, False)
-                result = fn(*args)
-                values = list(result) if r.kernel.multi_output else [result]
-                return [v if o else None for o, v in zip(node.outputs, values)]
-            inits = {x: a for x, a in zip(node.inputs, args) if x}
-            g = Graph("constant", [node], [], [ValueInfo(o, None) for o in node.outputs if o], inits)
-            plan = build_plan(g, opsets, self.functions, optimize=False)
-            values = iter(execute(plan, plan.template.copy()))
-            return [next(values) if o else None for o in node.outputs]
-        except Exception:
-            return None   # left to run time, where the error names its node
+        """Run one constant node now through its kernel (binding.evaluate; None for function bodies and
+        kernels that must not be folded, left to the planner)."""
+        return evaluate(node, args, node.opsets or self.opsets, self.functions)
 
     def scalar(self, name: str) -> float | None:
         """The value of a constant holding one number (any shape of size 1), as a float."""
@@ -320,5 +301,4 @@ class Context:
         return None
 
     def graph_result(self) -> Graph:
-        from dataclasses import replace
         return replace(self.graph, nodes=self.nodes, initializers=self.initializers)

@@ -15,6 +15,7 @@ import numpy as np
 import onnx.defs
 import pytest
 
+from onnx_mini import catalog
 from onnx_mini import registry
 from onnx_mini.errors import InvalidNodeError, KernelError
 from onnx_mini.ops._common import with_scalar
@@ -145,7 +146,7 @@ def test_every_version_is_tested():
     for op in list(FORMULAS) + ["PRelu", "SwiGLU"]:
         for v in versions(op):
             assert (op, v) in tested
-            assert ("", op, v) in registry.registered(), (op, v)
+            assert ("", op, v) in catalog.registered(), (op, v)
 
 
 # -- attributes ------------------------------------------------------------------------------------
@@ -161,7 +162,7 @@ def _default(a):
 @pytest.mark.parametrize("op", list(FORMULAS) + ["PRelu", "SwiGLU"])
 def test_factories_declare_exactly_the_schema_attributes_and_defaults(op):
     for v in versions(op):
-        spec = registry.registered()[("", op, v)]
+        spec = catalog.registered()[("", op, v)]
         schema = onnx.defs.get_schema(op, v)
         assert spec.attributes == set(schema.attributes), (op, v)
         params = inspect.signature(spec.factory).parameters

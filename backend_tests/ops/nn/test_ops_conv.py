@@ -12,10 +12,15 @@ import re
 
 import numpy as np
 import pytest
+from onnx import helper, numpy_helper
 
+import onnx_mini
 from onnx_mini.errors import InvalidNodeError, InvalidValueError, KernelError
+from onnx_mini.ops.nn import conv
+from onnx_mini.ops.nn.conv import banded, im2col, pointwise, shifted
+from onnx_mini.ops.nn.conv import thresholds, winograd
 
-from helpers import NODE, assert_same, np_type, run_node, sample, type_params, versions
+from helpers import NODE, assert_same, elem_type, np_type, run_node, sample, type_params, versions
 
 RNG = np.random.default_rng(1234)
 
@@ -96,13 +101,27 @@ def spy_on(monkeypatch, module, *names):
 
 # -- Conv ----------------------------------------------------------------------------------------
 
-@pytest.fixture(autouse=True)
-def small_shift_threshold(monkeypatch):
-    """Conv takes its shifted-window path on large images with fewer outputs than input channels only
-    (see conv._SHIFT_MIN_PIXELS); the '-shifted' cases here are small enough for the slow reference,
-    so lower the bar to reach it."""
-    from onnx_mini.ops.nn import conv
-    monkeypatch.setattr(conv, "_SHIFT_MIN_PIXELS", 400)
+def run_conv(inputs, algorithm=None, constant=(), runs=1, version=22, **attrs):
+    """Conv (node NODE) through onnx_mini.prepare(model, conv_algorithm=algorithm), the inputs whose
+    index is in `constant` as initializers (known at prepare), the others fed; the results of `runs`
+    runs of the one prepared model (the last one alone when runs == 1)."""
+    names = ["" if x is None else f"in{k}" for k, x in enumerate(inputs)]
+    while names and not names[-1]:
+        names.pop()
+    node = helper.make_node("Conv", names, ["out"], name=NODE, **attrs)
+    fed = [(n, x) for k, (n, x) in enumerate(zip(names, inputs)) if n and k not in constant]
+    inits = [numpy_helper.from_array(x, n) for k, (n, x) in enumerate(zip(names, inputs)) if n and k in constant]
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, elem_type(x.dtype), x.shape)
+                                            for n, x in fed], [helper.make_empty_tensor_value_info("out")], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", version)], ir_version=10)
+    prepared = onnx_mini.prepare(model, conv_algorithm=algorithm)
+    results = [prepared.run([x for _, x in fed])[0] for _ in range(runs)]
+    return results if runs > 1 else results[0]
+
+
+def named_algorithm(case_id):
+    """The algorithm a case's id names ('-shifted', '-im2col'), forced for it; None: the normal choice."""
+    return next((a for a in ("shifted", "im2col") if a in case_id), None)
 
 
 CONV_CASES = [  # (id, x shape, w shape, with bias, attributes)
@@ -132,20 +151,25 @@ CONV_CASES = [  # (id, x shape, w shape, with bias, attributes)
 
 
 @pytest.mark.parametrize("version", versions("Conv"))
-@pytest.mark.parametrize("xs,ws,bias,attrs", [pytest.param(*c[1:], id=c[0]) for c in CONV_CASES])
-def test_conv_against_direct_loop(version, xs, ws, bias, attrs):
+@pytest.mark.parametrize("xs,ws,bias,attrs,algorithm", [pytest.param(*c[1:], named_algorithm(c[0]), id=c[0])
+                                                        for c in CONV_CASES])
+def test_conv_against_direct_loop(version, xs, ws, bias, attrs, algorithm):
+    """Each case by the normal choice (run_node), and by the algorithm its id names when it names one."""
     x, w = ints(xs), ints(ws)
     b = ints((ws[0],)) if bias else None
     expected = conv_expected(x, w, b, **attrs).astype(np.float32)
-    assert_same(run_node("Conv", version, [x, w] + ([b] if bias else []), **attrs_of(**attrs)), expected)
+    inputs = [x, w] + ([b] if bias else [])
+    assert_same(run_node("Conv", version, inputs, **attrs_of(**attrs)), expected)
+    if algorithm:
+        assert_same(run_conv(inputs, algorithm, version=version, **attrs_of(**attrs)), expected)
 
 
 @pytest.mark.parametrize("stacked", [True, False])
 @pytest.mark.parametrize("case", ["2d-pointwise-groups", "2d-im2col-grouped"])
 def test_conv_groups_in_one_stacked_product_or_one_call_each(monkeypatch, case, stacked):
-    """Small per-group products go to one stacked matmul, large ones one BLAS call each."""
-    from onnx_mini.ops.nn import conv
-    monkeypatch.setattr(conv, "_STACKED_MAX_MACS", 10 ** 9 if stacked else 0)
+    """Small per-group products go to one stacked matmul, large ones one BLAS call each (the table's
+    bound moved to reach each branch of grouped_matmul)."""
+    monkeypatch.setattr(thresholds, "STACKED_MAX_MACS", 10 ** 9 if stacked else 0)
     _, xs, ws, bias, attrs = next(c for c in CONV_CASES if c[0] == case)
     x, w = ints(xs), ints(ws)
     b = ints((ws[0],)) if bias else None
@@ -155,11 +179,8 @@ def test_conv_groups_in_one_stacked_product_or_one_call_each(monkeypatch, case, 
 
 @pytest.fixture
 def winograd_everywhere(monkeypatch):
-    """Winograd F(2x2, 3x3) takes wide layers only (winograd.MIN_CHANNELS, MIN_PIXELS): let it take
-    the small ones here, and count its calls."""
-    from onnx_mini.ops.nn import winograd
-    monkeypatch.setattr(winograd, "MIN_CHANNELS", 1)
-    monkeypatch.setattr(winograd, "MIN_PIXELS", 1)
+    """Winograd F(2x2, 3x3) takes wide layers only (thresholds.WINOGRAD_*): the tests force it with
+    conv_algorithm="winograd" on small ones; this counts its calls (per image)."""
     calls = []
     original = winograd.conv
     monkeypatch.setattr(winograd, "conv", lambda *a: calls.append(a[0].shape) or original(*a))
@@ -176,28 +197,27 @@ def winograd_everywhere(monkeypatch):
 ])
 @pytest.mark.parametrize("read_only", [True, False])
 def test_conv_winograd_against_direct_loop(winograd_everywhere, xs, ms, bias, attrs, read_only):
-    """Small integers: every transform is exact (factors 1 and 1/2), so the result must be too."""
+    """Small integers: every transform is exact (factors 1 and 1/2), so the result must be too.
+    read_only: W (and B) constants of the model, else fed at run time."""
     x, w = ints(xs), ints((ms, xs[1], 3, 3))
-    w.flags.writeable = not read_only
     b = ints((ms,)) if bias else None
     expected = conv_expected(x, w, b, **attrs).astype(np.float32)
-    for _ in range(2):              # the second call of a read-only W takes the cached transform
-        assert_same(run_node("Conv", 22, [x, w] + ([b] if bias else []), **attrs_of(**attrs)), expected)
+    # the second run with a constant W takes the transform made by the first
+    for got in run_conv([x, w] + ([b] if bias else []), "winograd", constant=(1, 2) if read_only else (), runs=2,
+                        **attrs_of(**attrs)):
+        assert_same(got, expected)
     assert len(winograd_everywhere) == 2 * xs[0]
 
 
 def test_conv_winograd_float16_computes_in_float32_from_the_cached_constant(winograd_everywhere):
-    from onnx_mini.ops.nn import winograd
     x, w = ints((1, 3, 6, 5), dtype=np.float16), ints((2, 3, 3, 3), dtype=np.float16)
-    w.flags.writeable = False
     want = conv_expected(x.astype(np.float32), w.astype(np.float32), pads=[1, 1, 1, 1]).astype(np.float16)
-    for _ in range(2):
-        assert_same(run_node("Conv", 22, [x, w], pads=[1, 1, 1, 1]), want)
+    for got in run_conv([x, w], "winograd", constant=(1,), runs=2, pads=[1, 1, 1, 1]):
+        assert_same(got, want)
     assert len(winograd_everywhere) == 2
 
 
 def test_conv_winograd_float64_and_fused_epilogue(winograd_everywhere):
-    from onnx_mini.ops.nn import conv
     x, w, b = RNG.standard_normal((2, 5, 9, 8)), RNG.standard_normal((6, 5, 3, 3)), RNG.standard_normal(6)
     z = RNG.standard_normal((2, 6, 9, 8))
     want = np.maximum(conv_expected(x, w, b, pads=[1, 1, 1, 1]) + z, 0)
@@ -205,16 +225,16 @@ def test_conv_winograd_float64_and_fused_epilogue(winograd_everywhere):
     def epilogue(y, i0, i1):       # what ops/fused.py's fused Conv passes: residual, then Relu
         y += z[i0:i1]
         np.maximum(y, 0, out=y)
-    got = conv._conv(x, w, b, "NOTSET", None, 1, None, [1, 1, 1, 1], None, epilogue)
+    got = conv.Convolution(pads=[1, 1, 1, 1], algorithm="winograd")(x, w, b, epilogue=epilogue)
     assert got.dtype == np.float64
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
     assert len(winograd_everywhere) == 2
 
 
-@pytest.mark.parametrize("where", ["input", "weights"])
+@pytest.mark.parametrize("where", ["input", "weights", "constant weights"])
 def test_conv_winograd_leaves_infinities_to_the_direct_forms(winograd_everywhere, where):
     """An infinity would come out of the transforms as inf - inf = NaN: such values go to im2col /
-    shifted windows, which give the convolution's +-inf."""
+    shifted windows, which give the convolution's +-inf (a forced Winograd included)."""
     x, w = ints((1, 2, 6, 6), lo=1, hi=2), ints((3, 2, 3, 3), lo=1, hi=2)
     if where == "input":
         x[0, 1, 2, 3] = np.inf
@@ -222,55 +242,99 @@ def test_conv_winograd_leaves_infinities_to_the_direct_forms(winograd_everywhere
         w[1, 0, 1, 1] = -np.inf
     want = conv_expected(x, w, pads=[1, 1, 1, 1]).astype(np.float32)
     assert np.isinf(want).any()
-    assert_same(run_node("Conv", 22, [x, w], pads=[1, 1, 1, 1]), want)
+    assert_same(run_conv([x, w], "winograd", constant=(1,) if where == "constant weights" else (),
+                         pads=[1, 1, 1, 1]), want)
     assert winograd_everywhere == []
 
 
-def test_conv_winograd_transforms_are_cached_per_constant():
-    import gc
-    from onnx_mini.ops.nn import _common, winograd
+def test_conv_winograd_transforms_by_hand():
     w = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
     f32 = np.dtype(np.float32)
-    assert winograd.weights(w, f32) is not winograd.weights(w, f32)      # writeable: computed anew each time
-    w.flags.writeable = False
     u = winograd.weights(w, f32)
-    assert winograd.weights(w, f32) is u and u.shape == (16, 4, 3) and u.dtype == np.float32
+    assert u.shape == (16, 4, 3) and u.dtype == np.float32
     g = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
     np.testing.assert_allclose(u[5], np.einsum("a,mcab,b->mc", g[1], w, g[1]), rtol=1e-6)   # position (1, 1)
-    h = w.astype(np.float16)            # a float16 constant: transformed once, into float32
-    h.flags.writeable = False
-    assert winograd.weights(h, f32) is winograd.weights(h, f32) and winograd.weights(h, f32).dtype == np.float32
-    keys = [(id(w), ("winograd", f32)), (id(h), ("winograd", f32))]
-    assert all(k in _common._transforms for k in keys)
-    del w, h
-    gc.collect()
-    assert not any(k in _common._transforms for k in keys)
+    assert winograd.weights(w.astype(np.float16), f32).dtype == np.float32     # float16: into float32
 
 
-@pytest.mark.parametrize("c,m,side,formulation", [(4, 4, 24, "_im2col"), (4, 4, 24, "_shifted"), (4, 5, 24, "_im2col"),
-                                                   (5, 4, 24, "_shifted")])
-def test_conv_same_channels_go_shifted_when_the_columns_are_large(c, m, side, formulation, monkeypatch):
+@pytest.mark.parametrize("transform,algorithm,xs,ws,attrs", [
+    ("winograd", "winograd", (1, 3, 6, 5), (4, 3, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ("banded", "depthwise-banded", (1, 4, 6, 5), (4, 1, 3, 3), dict(group=4, pads=[1, 1, 1, 1])),
+])
+def test_conv_constant_weights_transformed_once_fed_ones_every_call(monkeypatch, transform, algorithm, xs, ws, attrs):
+    """A constant W's transform is made once for the model (the same array on every run); a W fed at
+    run time is transformed on every call."""
+    module = {"winograd": winograd, "banded": banded}[transform]
+    made, used = [], []
+    make, compute = module.weights, module.conv
+    monkeypatch.setattr(module, "weights", lambda *a: made.append(1) or make(*a))
+    monkeypatch.setattr(module, "conv", lambda x, t, *a: used.append(t) or compute(x, t, *a))
+    x, w = ints(xs), ints(ws)
+    want = conv_expected(x, w, **attrs).astype(np.float32)
+    for got in run_conv([x, w], algorithm, constant=(1,), runs=3, **attrs):
+        assert_same(got, want)
+    assert len(made) == 1 and len(used) == 3 and used[0] is used[1] is used[2]
+    made.clear()
+    for got in run_conv([x, w], algorithm, runs=3, **attrs):
+        assert_same(got, want)
+    assert len(made) == 3
+
+
+def test_conv_constant_bias_column_made_by_the_factory(monkeypatch):
+    """The pointwise bias column of a constant W and B is made when the kernel is made, before any run."""
+    made = []
+    make = pointwise.bias_column
+    monkeypatch.setattr(pointwise, "bias_column", lambda *a: made.append(1) or make(*a))
+    x, w, b = ints((1, 4, 3, 3)), ints((12, 4, 1, 1)), ints((12,))
+    fn = conv.conv_1(_constants={1: w, 2: b})
+    assert len(made) == 1
+    for _ in range(2):
+        assert_same(fn(x, w, b), conv_expected(x, w, b).astype(np.float32))
+    assert len(made) == 1 and fn.algorithms == {x.shape: "pointwise"}
+
+
+def select_3x3(c, m, side, dtype=np.float32, stride=1, group=1, n=1, forced=None, finite=True):
+    """select for X (n, c, side, side), W (m, c/group, 3, 3), pads 1."""
+    out = (side + 2 - 3) // stride + 1
+    return conv.select((n, c, side, side), (m, c // group, 3, 3), dtype, group=group, kernel=[3, 3],
+                       strides=[stride, stride], dilations=[1, 1], begin=[1, 1], end=[1, 1], out=[out, out],
+                       finite=finite, forced=forced)
+
+
+@pytest.mark.parametrize("c,m,side,formulation", [(64, 64, 56, "im2col"), (64, 64, 224, "shifted"),
+                                                   (4, 5, 224, "im2col"), (5, 4, 24, "im2col"),
+                                                   (128, 64, 56, "shifted")])
+def test_conv_same_channels_go_shifted_when_the_columns_are_large(c, m, side, formulation):
     """As many outputs as inputs: shifted windows once im2col's columns would pass
-    _SHIFT_SAME_MIN_COLUMN_BYTES (lowered here to 4 x 9 x 24 x 24 float32 for the second case)."""
-    from onnx_mini.ops.nn import conv
-    if formulation == "_shifted" and c == m:
-        monkeypatch.setattr(conv, "_SHIFT_SAME_MIN_COLUMN_BYTES", c * 9 * side * side * 4)
-    calls = spy_on(monkeypatch, conv, "_shifted", "_im2col")
-    x, w = ints((1, c, side, side)), ints((m, c, 3, 3))
+    thresholds.SHIFT_SAME_MIN_COLUMN_BYTES (VGG's 224x224x64: 110 MB; 56x56x64: 7 MB); fewer outputs
+    from thresholds.SHIFT_MIN_PIXELS output pixels on."""
+    assert select_3x3(c, m, side) == formulation
+
+
+@pytest.mark.parametrize("algorithm", ["im2col", "shifted"])
+@pytest.mark.parametrize("c,m", [(4, 4), (4, 5), (5, 4)])
+def test_conv_shifted_and_im2col_forced(monkeypatch, c, m, algorithm):
+    calls = []
+    for module, name in ((shifted, "shifted"), (im2col, "im2col")):
+        original = module.conv
+        monkeypatch.setattr(module, "conv", lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
+    x, w = ints((1, c, 24, 24)), ints((m, c, 3, 3))
     attrs = dict(pads=[1, 1, 1, 1])
-    assert_same(run_node("Conv", 22, [x, w], **attrs_of(**attrs)), conv_expected(x, w, **attrs).astype(np.float32))
-    assert calls == [formulation]
+    assert_same(run_conv([x, w], algorithm, **attrs_of(**attrs)), conv_expected(x, w, **attrs).astype(np.float32))
+    assert calls == [algorithm]
 
 
 @pytest.mark.parametrize("case", [c for c in CONV_CASES if "shifted" in c[0] or "im2col" in c[0]], ids=lambda c: c[0])
 def test_conv_cases_take_the_formulation_they_name(case, monkeypatch):
-    """The '-shifted' and '-im2col' cases above reach the formulation in their name (so a change of
-    the selection rule cannot leave a formulation untested)."""
-    from onnx_mini.ops.nn import conv
-    calls = spy_on(monkeypatch, conv, "_shifted", "_im2col")
+    """The '-shifted' and '-im2col' cases above reach the formulation in their name when it is forced
+    (so a change of the selection rule cannot leave a formulation untested)."""
+    calls = []
+    for module, name in ((shifted, "shifted"), (im2col, "im2col")):
+        original = module.conv
+        monkeypatch.setattr(module, "conv", lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
     _, xs, ws, bias, attrs = case
-    run_node("Conv", 22, [ints(xs), ints(ws)] + ([ints((ws[0],))] if bias else []), **attrs_of(**attrs))
-    assert calls and set(calls) == {"_shifted" if "shifted" in case[0] else "_im2col"}
+    run_conv([ints(xs), ints(ws)] + ([ints((ws[0],))] if bias else []), named_algorithm(case[0]), **attrs_of(**attrs))
+    assert calls and set(calls) == {named_algorithm(case[0])}
 
 DEPTHWISE_CASES = [  # (id, x shape, w shape, with bias, attributes): one input channel per group
     ("1d-strided-asym", (2, 3, 11), (6, 1, 3), True, dict(group=3, strides=[2], pads=[2, 1])),
@@ -288,81 +352,73 @@ DEPTHWISE_CASES = [  # (id, x shape, w shape, with bias, attributes): one input 
 ]
 
 
-def force_depthwise_layout(monkeypatch, layout):
+DEPTHWISE = {"flat": "depthwise-flat", "channels-last": "depthwise-channels-last", "einsum": "depthwise-einsum",
+             "banded": "depthwise-banded"}
+
+
+def run_depthwise(layout, inputs, **attrs):
     """Depthwise Conv computes with banded matrices (narrow 2-D outputs, one output channel per input
     channel, finite values), on flat padded planes (large images), or channels-last (small ones):
     one einsum over the windows when there is one output channel per input channel (and strides or
-    a small output), else a multiply-add per tap. Force one of the four (banded falls back to the
-    others where it does not apply)."""
-    from onnx_mini.ops.nn import banded, conv
-    monkeypatch.setattr(banded, "MAX_WIDTH", 10 ** 9 if layout == "banded" else -1)
-    if layout == "banded":
-        return
-    monkeypatch.setattr(conv, "_DW_LAST_MAX_PIXELS", -1 if layout == "flat" else 10 ** 9)
-    if layout == "einsum":
-        monkeypatch.setattr(conv, "_DW_EINSUM_MAX_WEIGHT_BYTES", 10 ** 12)
-    else:
-        monkeypatch.setattr(conv, "_dw_einsum", conv._dw_channels_last)
+    a small output), else a multiply-add per tap. Force one of the four (where it does not apply,
+    the normal choice is made)."""
+    return run_conv(inputs, DEPTHWISE[layout], **attrs)
 
 
 @pytest.mark.parametrize("layout", ["flat", "channels-last", "einsum", "einsum-large", "banded"])
 @pytest.mark.parametrize("xs,ws,bias,attrs", [pytest.param(*c[1:], id=c[0]) for c in DEPTHWISE_CASES])
 def test_conv_depthwise_layouts(monkeypatch, layout, xs, ws, bias, attrs):
-    """Each depthwise layout (force_depthwise_layout) on small inputs, in blocks of images or
+    """Each depthwise layout (forced: run_depthwise) on small inputs, in blocks of images or
     channels as small as they go, a thread per block; einsum-large: the einsum as it runs on large
     images (column phases when strided along the last axis, transposes in blocks)."""
-    from onnx_mini.ops.nn import conv
     if layout == "einsum-large":
         layout = "einsum"
-        monkeypatch.setattr(conv, "_TRANSPOSE_MIN_PIXELS", 1)
-        monkeypatch.setattr(conv, "_TRANSPOSE_CHANNELS", 2)
-        monkeypatch.setattr(conv, "_TRANSPOSE_BLOCK_PIXELS", 3)
-    force_depthwise_layout(monkeypatch, layout)
-    monkeypatch.setattr(conv, "_DW_BLOCK_BYTES", 1)
-    monkeypatch.setattr(conv, "_DW_MIN_PART_MACS", 1)
+        monkeypatch.setattr(thresholds, "TRANSPOSE_MIN_PIXELS", 1)
+        monkeypatch.setattr(thresholds, "TRANSPOSE_CHANNELS", 2)
+        monkeypatch.setattr(thresholds, "TRANSPOSE_BLOCK_PIXELS", 3)
+    monkeypatch.setattr(thresholds, "DW_BLOCK_BYTES", 1)
+    monkeypatch.setattr(thresholds, "DW_MIN_PART_MACS", 1)
     x, w = ints(xs), ints(ws)
     b = ints((ws[0],)) if bias else None
     expected = conv_expected(x, w, b, **attrs).astype(np.float32)
-    assert_same(run_node("Conv", 22, [x, w] + ([b] if bias else []), **attrs_of(**attrs)), expected)
+    assert_same(run_depthwise(layout, [x, w] + ([b] if bias else []), **attrs_of(**attrs)), expected)
 
 
-@pytest.mark.parametrize("xs,strides,mult,layout", [((1, 16, 8, 8), [2, 2], 1, "conv"),
-                                                     ((1, 16, 56, 56), [2, 2], 1, "conv"),
-                                                     ((1, 16, 60, 60), [2, 2], 1, "_dw_einsum"),
-                                                     ((1, 96, 8, 8), [2, 2], 1, "_dw_einsum"),
-                                                     ((2, 64, 28, 28), [1, 1], 1, "_dw_einsum"),
-                                                     ((1, 16, 30, 30), [1, 1], 1, "_dw_einsum"),
-                                                     ((1, 128, 30, 30), [1, 1], 1, "_dw_einsum"),
-                                                     ((1, 768, 14, 14), [1, 1], 1, "conv"),
-                                                     ((1, 8, 10, 10), [1, 1], 2, "_dw_channels_last"),
-                                                     ((1, 4, 40, 40), [1, 1], 1, "_dw_flat")])
+@pytest.mark.parametrize("xs,strides,mult,layout", [((1, 16, 8, 8), [2, 2], 1, "depthwise-banded"),
+                                                     ((1, 16, 56, 56), [2, 2], 1, "depthwise-banded"),
+                                                     ((1, 16, 60, 60), [2, 2], 1, "depthwise-einsum"),
+                                                     ((1, 96, 8, 8), [2, 2], 1, "depthwise-einsum"),
+                                                     ((2, 64, 28, 28), [1, 1], 1, "depthwise-einsum"),
+                                                     ((1, 16, 30, 30), [1, 1], 1, "depthwise-einsum"),
+                                                     ((1, 128, 30, 30), [1, 1], 1, "depthwise-einsum"),
+                                                     ((1, 768, 14, 14), [1, 1], 1, "depthwise-banded"),
+                                                     ((1, 8, 10, 10), [1, 1], 2, "depthwise-channels-last"),
+                                                     ((1, 4, 40, 40), [1, 1], 1, "depthwise-flat")])
 def test_conv_depthwise_picks_its_layout_by_shape(monkeypatch, xs, strides, mult, layout):
-    """Banded products ("conv" of banded.py, up to 28 output columns) for strided layers with few
-    channels and stride-1 layers whose einsum would tile over 300 kB of weights (768 x 14 x 9 floats);
-    the einsum for every other small image with one output channel per input channel, channels-last
-    with a channel multiplier, flat for large images."""
-    from onnx_mini.ops.nn import banded, conv
-    per_tap = spy_on(monkeypatch, conv, "_dw_einsum", "_dw_channels_last", "_dw_flat")
-    products = spy_on(monkeypatch, banded, "conv")
+    """Banded products (up to 28 output columns) for strided layers with few channels and stride-1
+    layers whose einsum would tile over 300 kB of weights (768 x 14 x 9 floats); the einsum for every
+    other small image with one output channel per input channel, channels-last with a channel
+    multiplier, flat for large images (the kernel's `algorithms` says which ran)."""
     c = xs[1]
     x, w = ints(xs), ints((c * mult, 1, 3, 3))
     attrs = dict(group=c, strides=strides, pads=[1, 1, 1, 1])
-    assert_same(run_node("Conv", 22, [x, w], **attrs_of(**attrs)), conv_expected(x, w, **attrs).astype(np.float32))
-    assert per_tap + products == [layout]
+    fn = conv.conv_1(**attrs_of(**attrs))
+    assert_same(fn(x, w), conv_expected(x, w, **attrs).astype(np.float32))
+    assert fn.algorithms == {x.shape: layout}
+    assert select_3x3(c, c * mult, xs[2], stride=strides[0], group=c, n=xs[0]) == layout
 
 
 @pytest.mark.parametrize("layout", ["flat", "channels-last", "einsum", "banded"])
 def test_conv_depthwise_edges_do_not_leak_across_rows(monkeypatch, layout):
     """The flat layout reads a row's neighbours where the image has padding and discards those
     products: infinities in the first and last columns must reach only their own windows."""
-    force_depthwise_layout(monkeypatch, layout)
     x = ints((2, 2, 6, 5))
     x[:, 0, 2, 0] = np.inf
     x[:, 1, 3, 4] = -np.inf
     x[1, 1, 0, 0] = np.nan
     w = ints((2, 1, 3, 3), lo=1, hi=2)
     for attrs in (dict(group=2, pads=[1, 1, 1, 1]), dict(group=2, strides=[2, 2], pads=[1, 1, 1, 1])):
-        assert_same(run_node("Conv", 22, [x, w], **attrs_of(**attrs)), conv_expected(x, w, **attrs).astype(np.float32))
+        assert_same(run_depthwise(layout, [x, w], **attrs_of(**attrs)), conv_expected(x, w, **attrs).astype(np.float32))
 
 
 @pytest.mark.parametrize("dtype,c", [(np.float32, 128), (np.float64, 64), (np.float32, 12)])
@@ -371,13 +427,11 @@ def test_conv_depthwise_einsum_rows_merged_and_gapped(monkeypatch, dtype, c, str
     """The einsum layout merges the last output axis with the channels when its stride is 1 (weights
     tiled along the row), and leaves a gap after each channels-last row or pixel when C values span
     a multiple of 512 bytes (128 float32, 64 float64): the same sums either way, bias included."""
-    from onnx_mini.ops.nn import conv
-    force_depthwise_layout(monkeypatch, "einsum")
-    assert (c * np.dtype(dtype).itemsize % conv._CACHE_SET_BYTES == 0) == (c != 12)
+    assert (c * np.dtype(dtype).itemsize % thresholds.CACHE_SET_BYTES == 0) == (c != 12)
     x, w, b = ints((2, c, 5, 7), dtype=dtype), ints((c, 1, 3, 2), dtype=dtype), ints((c,), dtype=dtype)
     attrs = dict(group=c, strides=strides, pads=[1, 0, 1, 1])
     expected = conv_expected(x, w, b, **attrs).astype(dtype)
-    assert_same(run_node("Conv", 22, [x, w, b], **attrs_of(**attrs)), expected)
+    assert_same(run_depthwise("einsum", [x, w, b], **attrs_of(**attrs)), expected)
 
 
 @pytest.mark.parametrize("xs, kernel, strides, dil, pads", [
@@ -396,16 +450,14 @@ def test_conv_depthwise_einsum_strided_last_axis(monkeypatch, xs, kernel, stride
     forced here) along whole rows of the input's column phases; strides, dilations and paddings of
     every kind, channel counts whose pixels get a cache gap (128 float32, 64 float64), against the
     direct sum."""
-    from onnx_mini.ops.nn import conv
-    force_depthwise_layout(monkeypatch, "einsum")
     if phases:
-        monkeypatch.setattr(conv, "_TRANSPOSE_MIN_PIXELS", 1)
-        monkeypatch.setattr(conv, "_TRANSPOSE_CHANNELS", 5)
+        monkeypatch.setattr(thresholds, "TRANSPOSE_MIN_PIXELS", 1)
+        monkeypatch.setattr(thresholds, "TRANSPOSE_CHANNELS", 5)
     xs = (xs[0], xs[1] * c_scale, *xs[2:])
     c = xs[1]
     x, w, b = ints(xs, dtype=dtype), ints((c, 1, *kernel), dtype=dtype), ints((c,), dtype=dtype)
     attrs = dict(group=c, strides=strides, dilations=dil, pads=pads)
-    assert_same(run_node("Conv", 22, [x, w, b], **attrs_of(**attrs)), conv_expected(x, w, b, **attrs).astype(dtype))
+    assert_same(run_depthwise("einsum", [x, w, b], **attrs_of(**attrs)), conv_expected(x, w, b, **attrs).astype(dtype))
 
 
 @pytest.mark.parametrize("block,channels", [(1, 2), (10, 3), (14, 64), (1000, 1000)])
@@ -414,27 +466,25 @@ def test_conv_depthwise_einsum_transposes_in_blocks(monkeypatch, block, channels
     """The einsum's input goes to channels-last in blocks of channels, and its channels-last result
     back to NCHW in blocks of rows of the first output axis (at least one row; last blocks partial),
     gapped rows (128 float32 channels) included."""
-    from onnx_mini.ops.nn import conv
-    force_depthwise_layout(monkeypatch, "einsum")
-    monkeypatch.setattr(conv, "_TRANSPOSE_MIN_PIXELS", 1)
-    monkeypatch.setattr(conv, "_TRANSPOSE_BLOCK_PIXELS", block)
-    monkeypatch.setattr(conv, "_TRANSPOSE_CHANNELS", channels)
+    monkeypatch.setattr(thresholds, "TRANSPOSE_MIN_PIXELS", 1)
+    monkeypatch.setattr(thresholds, "TRANSPOSE_BLOCK_PIXELS", block)
+    monkeypatch.setattr(thresholds, "TRANSPOSE_CHANNELS", channels)
     c, r = xs[1], len(xs) - 2
     x, w, b = ints(xs), ints((c, 1) + (3,) * r), ints((c,))
     attrs = dict(group=c, strides=strides, pads=[1] * (2 * r))
-    assert_same(run_node("Conv", 22, [x, w, b], **attrs_of(**attrs)), conv_expected(x, w, b, **attrs).astype(np.float32))
+    assert_same(run_depthwise("einsum", [x, w, b], **attrs_of(**attrs)),
+                conv_expected(x, w, b, **attrs).astype(np.float32))
 
 
 def test_conv_depthwise_einsum_weights_cached_per_constant_w(monkeypatch):
-    """The einsum layout's tiled weights are made once per read-only W (and per output geometry):
-    a second constant W of the same shape, another input size, or a writeable W changed in place
-    between calls each get their own, against the direct sum."""
-    from onnx_mini.ops.nn import conv
-    force_depthwise_layout(monkeypatch, "einsum")
+    """The einsum layout's tiled weights are made once for the constant W (and per output geometry):
+    another W of the same shape, another input size, or a W changed in place between calls each get
+    their own, against the direct sum."""
     attrs = dict(group=6, pads=[1, 1, 1, 1])
-    run = conv.conv_1(kernel_shape=[3, 3], **attrs)
     w1, w2 = ints((6, 1, 3, 3)), ints((6, 1, 3, 3), lo=1, hi=4)
     w1.flags.writeable = w2.flags.writeable = False
+    run = conv.conv_1(kernel_shape=[3, 3], _constants={1: w1}, _options={"conv_algorithm": "depthwise-einsum"},
+                      **attrs)
     for x in (ints((1, 6, 5, 7)), ints((2, 6, 4, 9)), ints((1, 6, 5, 7))):
         for w in (w1, w2, w1):
             assert_same(run(x, w), conv_expected(x, w, **attrs).astype(np.float32))
@@ -452,46 +502,47 @@ def test_conv_pointwise_expanding_sums_the_bias_in_the_product(monkeypatch, xs, 
     """A 1x1 Conv with at least twice as many outputs as inputs (plus one per group) takes its bias as
     one more column of W against a row of ones after each group of X; the same sums (bias included,
     infinities and NaN where they reach), whether B is a constant (its column kept with W's) or not."""
-    from onnx_mini.ops.nn import conv
-    calls = spy_on(monkeypatch, conv, "_with_ones_row")
+    calls = spy_on(monkeypatch, pointwise, "with_ones_row")
     x, w, b = ints(xs, dtype=dtype), ints((m, xs[1] // group, 1, 1), dtype=dtype), ints((m,), dtype=dtype)
     x[0, 0, 0, 0], x[-1, -1, -1, -1] = np.inf, np.nan
-    w.flags.writeable = False
-    b.flags.writeable = not constant_b
-    run = conv.conv_1(group=group)
+    run = conv.conv_1(group=group, _constants={1: w, 2: b} if constant_b else {1: w})
     with np.errstate(invalid="ignore"):            # inf * 0 in the sums: NaN where it reaches, as wanted
         want = conv_expected(x.astype(np.float64), w, b, group=group).astype(dtype)
         for _ in range(2):
             assert_same(run(x, w, b), want)
         assert len(calls) == 2
         b2 = b + 1                                 # another bias with the same W: its own column
-        b2.flags.writeable = not constant_b
         assert_same(run(x, w, b2), conv_expected(x.astype(np.float64), w, b2, group=group).astype(dtype))
 
 
 def test_conv_pointwise_keeps_the_bias_pass_when_the_output_is_not_wider(monkeypatch):
-    from onnx_mini.ops.nn import conv
-    calls = spy_on(monkeypatch, conv, "_with_ones_row")
+    calls = spy_on(monkeypatch, pointwise, "with_ones_row")
     x, w, b = ints((1, 4, 3, 3)), ints((7, 4, 1, 1)), ints((7,))
     assert_same(conv.conv_1()(x, w, b), conv_expected(x, w, b).astype(np.float32))
     assert calls == []
 
 
-def test_conv_depthwise_banded_matrices_by_hand_and_cached_per_constant():
-    from onnx_mini.ops.nn import _common, banded
+def test_conv_depthwise_banded_matrices_by_hand():
     w = np.arange(1, 13, dtype=np.float32).reshape(2, 1, 2, 3)      # C=2, kh=2, kw=3
     f32 = np.dtype(np.float32)
     t = banded.weights(w, f32, width=5, out_w=2, stride=2, dil=1)     # 2 outputs, stride 2, 3 taps: 5 columns
-    assert t.shape == (2, 2, 5, 2) and banded.weights(w, f32, 5, 2, 2, 1) is not t       # writeable: anew
+    assert t.shape == (2, 2, 5, 2)
     # output column j reads padded columns 2j .. 2j+2: row di of channel c holds W[c, 0, di] there
     assert_same(t[1, 0], np.array([[4, 0], [5, 0], [6, 4], [0, 5], [0, 6]], np.float32))
     assert_same(t[0, 1], np.array([[7, 0], [8, 0], [9, 7], [0, 8], [0, 9]], np.float32))
-    w.flags.writeable = False
-    assert banded.weights(w, f32, 5, 2, 2, 1) is banded.weights(w, f32, 5, 2, 2, 1)
-    assert (id(w), ("banded", f32, 5, 2, 2, 1)) in _common._transforms
-    w_inf = np.array(w)
-    w_inf[1, 0, 0, 2] = np.inf
-    assert banded.weights(w_inf, f32, 5, 2, 2, 1) is None
+
+
+@pytest.mark.parametrize("constant", [True, False])
+def test_conv_depthwise_banded_needs_finite_weights(monkeypatch, constant):
+    """A zero of the banded matrices times an infinity is NaN: a non-finite W (known at prepare, or
+    fed) goes per tap even when banded is forced."""
+    made = spy_on(monkeypatch, banded, "weights")
+    x, w = ints((1, 2, 6, 6)), ints((2, 1, 3, 3), lo=1, hi=2)
+    w[1, 0, 1, 1] = np.inf          # the centre tap: it never reads padding
+    attrs = dict(group=2, pads=[1, 1, 1, 1])
+    fn = conv.conv_1(_constants={1: w} if constant else {}, _options={"conv_algorithm": "depthwise-banded"}, **attrs)
+    assert_same(fn(x, w), conv_expected(x, w, **attrs).astype(np.float32))
+    assert made == [] and fn.algorithms == {x.shape: "depthwise-einsum"}
 
 
 def test_conv_depthwise_with_an_infinite_weight_is_exact():
@@ -511,17 +562,19 @@ def test_conv_kernel_shape_attribute_and_float64_values():
 
 
 @pytest.mark.parametrize("version,tname", type_params("Conv", versions("Conv")))
-@pytest.mark.parametrize("xs,ws,attrs", [
-    ((1, 2, 5, 5), (3, 2, 3, 3), dict(pads=[1, 0, 1, 2])),                   # im2col
-    ((1, 2, 3, 4), (2, 2, 1, 1), {}),                                        # pointwise
-    ((1, 2, 4, 4), (2, 1, 3, 3), dict(group=2, pads=[1, 1, 1, 1])),          # depthwise
-    ((1, 2, 20, 20), (1, 2, 2, 2), dict(auto_pad="SAME_UPPER")),             # shifted windows
+@pytest.mark.parametrize("xs,ws,attrs,algorithm", [
+    ((1, 2, 5, 5), (3, 2, 3, 3), dict(pads=[1, 0, 1, 2]), "im2col"),
+    ((1, 2, 3, 4), (2, 2, 1, 1), {}, "pointwise"),
+    ((1, 2, 4, 4), (2, 1, 3, 3), dict(group=2, pads=[1, 1, 1, 1]), None),          # depthwise: the normal choice
+    ((1, 2, 20, 20), (1, 2, 2, 2), dict(auto_pad="SAME_UPPER"), "shifted"),        # shifted windows
 ], ids=["im2col", "pointwise", "depthwise", "shifted"])
-def test_conv_every_type(version, tname, xs, ws, attrs):
+def test_conv_every_type(version, tname, xs, ws, attrs, algorithm):
     dt = np_type(tname)
     x, w, b = ints(xs, dtype=dt), ints(ws, dtype=dt), ints((ws[0],), dtype=dt)
     expected = conv_expected(x, w, b, **attrs).astype(dt)        # small integers: exact in every type
     assert_same(run_node("Conv", version, [x, w, b], **attrs_of(**attrs)), expected)
+    if algorithm:       # the id's algorithm, forced
+        assert_same(run_conv([x, w, b], algorithm, version=version, **attrs_of(**attrs)), expected)
 
 
 @pytest.mark.parametrize("group, w_shape", [(1, (3, 2, 3, 3)), (2, (4, 1, 3, 3)), (2, (6, 1, 1, 1))])
@@ -529,8 +582,7 @@ def test_conv_kernel_keeps_each_shapes_geometry_and_plan_apart(monkeypatch, grou
     """One Conv kernel called with inputs of several sizes (more than it keeps), a W of another
     kernel size and a wrong one: each call gets its own geometry and layout plan, and the checks
     still run for a shape not seen before."""
-    from onnx_mini.ops.nn import conv
-    monkeypatch.setattr(conv, "_LAYOUTS", 3)
+    monkeypatch.setattr(thresholds, "LAYOUTS", 3)
     fn = conv.conv_1(group=group, pads=[1, 1, 1, 1])
     w = ints(w_shape)
     for side in (5, 9, 6, 5, 40, 7, 9, 3, 5):
@@ -578,6 +630,51 @@ def test_conv_zero_input_channels_gives_the_bias():
 def test_conv_errors_name_the_node(xs, ws, attrs, match):
     with pytest.raises(KernelError, match=re.compile(f"{NODE}.*{match}", re.S)):
         run_node("Conv", 22, [np.zeros(xs, np.float32), np.zeros(ws, np.float32)], **attrs)
+
+
+def test_conv_unknown_algorithm_is_an_invalid_node():
+    with pytest.raises(InvalidNodeError, match=re.compile(f"{NODE}.*unknown conv_algorithm 'fft'.*im2col", re.S)):
+        run_conv([np.zeros((1, 1, 3, 3), np.float32), np.zeros((1, 1, 2, 2), np.float32)], "fft")
+
+
+@pytest.mark.parametrize("algorithm", conv.ALGORITHMS)
+def test_conv_every_algorithm_forced_where_it_applies_else_the_normal_choice(algorithm):
+    """Every name on a 3x3 depthwise Conv and on a 3x3 Conv of one group: the forced algorithm where it
+    can compute the Conv, the normal choice where it cannot; the same sums either way."""
+    for xs, ws, attrs in (((1, 4, 7, 6), (4, 1, 3, 3), dict(group=4, pads=[1, 1, 1, 1])),
+                          ((2, 3, 7, 6), (5, 3, 3, 3), dict(pads=[1, 1, 1, 1]))):
+        x, w, b = ints(xs), ints(ws), ints((ws[0],))
+        fn = conv.conv_1(_options={"conv_algorithm": algorithm}, **attrs)
+        assert_same(fn(x, w, b), conv_expected(x, w, b, **attrs).astype(np.float32))
+        depthwise = attrs.get("group", 1) > 1
+        applies = (algorithm.startswith("depthwise") == depthwise and algorithm != "pointwise") or algorithm == "im2col"
+        normal = conv.conv_1(**attrs)
+        normal(x, w, b)
+        assert fn.algorithms == ({x.shape: algorithm} if applies else normal.algorithms)
+
+
+def test_conv_select_is_a_pure_function_of_shapes():
+    """select: shapes, type and what is known of the values -> the algorithm (thresholds.py's table)."""
+    assert select_3x3(256, 256, 14) == "winograd"                  # wide 3x3 from 14x14 on
+    assert select_3x3(256, 256, 7) == "im2col"                     # 7x7: Winograd loses
+    assert select_3x3(256, 256, 14, finite=False) == "im2col"      # an infinity would become NaN
+    assert select_3x3(256, 256, 14, dtype=np.float16) == "winograd"      # float16 computes in float32
+    assert select_3x3(256, 256, 14, stride=2) == "im2col"
+    assert select_3x3(8, 8, 7, forced="winograd") == "winograd"    # forced: its thresholds ignored
+    assert select_3x3(8, 8, 7, forced="winograd", finite=False) == "im2col"
+    assert select_3x3(8, 8, 7, forced="pointwise") == "im2col"     # cannot apply: the normal choice
+    assert select_3x3(32, 32, 28, group=32, stride=2) == "depthwise-banded"
+    assert select_3x3(32, 32, 28, group=32, stride=2, finite=False) == "depthwise-einsum"
+    assert select_3x3(32, 32, 28, group=32, forced="depthwise-flat") == "depthwise-flat"
+    assert select_3x3(32, 64, 28, group=32, forced="depthwise-einsum") == "depthwise-channels-last"   # multiplier
+    assert select_3x3(32, 32, 28, forced="depthwise-flat") == "im2col"       # not depthwise
+    assert select_3x3(0, 4, 5) == select_3x3(4, 4, 5, n=0) == "empty"
+    one = dict(group=1, kernel=[1, 1], strides=[1, 1], dilations=[1, 1], begin=[0, 0], end=[0, 0], out=[5, 5])
+    assert conv.select((1, 8, 5, 5), (16, 8, 1, 1), np.float32, **one) == "pointwise"
+    assert conv.select((1, 8, 5, 5), (16, 8, 1, 1), np.float32, forced="im2col", shuffle=True, **one) == "pointwise"
+    with pytest.raises(ValueError, match="shuffle"):
+        conv.select((1, 8, 5, 5), (8, 8, 3, 3), np.float32, group=1, kernel=[3, 3], strides=[1, 1], dilations=[1, 1],
+                    begin=[1, 1], end=[1, 1], out=[5, 5], shuffle=True)
 
 
 def test_conv_bad_auto_pad_is_an_invalid_node():

@@ -17,7 +17,7 @@ from ..math.activations import (_gelu_erf, _gelu_tanh, _swish, elu_6, hard_sigmo
                                 selu_6, sigmoid_6, softplus_1, softsign_1, thresholded_relu_10)
 from ..math.matmul import _gemm, _unidirectional, matmul
 from ..nn._common import check_auto_pad, text
-from ..nn.conv import _conv
+from ..nn.conv import convolve
 
 MS = "com.microsoft"
 
@@ -126,7 +126,7 @@ def _batch_transposed(x: np.ndarray) -> np.ndarray:
     return x.transpose(*range(1, x.ndim - 1), 0, x.ndim - 1)
 
 
-@kernel("FusedMatMul", since=1, domain=MS)
+@kernel("FusedMatMul", since=1, domain=MS, heavy=True)
 def fused_matmul_1(*, alpha=1.0, transA=0, transB=0, transBatchA=0, transBatchB=0):
     """Y = alpha * A' @ B' (numpy matmul rules), where X' is X with its first axis moved behind the batch
     axes (transBatchX) and then its last two axes swapped (transX); 1-D operands are never transposed."""
@@ -237,7 +237,7 @@ def _conv_attrs(auto_pad, group):
     return auto_pad
 
 
-@kernel("FusedConv", since=1, domain=MS)
+@kernel("FusedConv", since=1, domain=MS, heavy=True)
 def fused_conv_1(*, activation=None, activation_params=None, auto_pad="NOTSET", dilations=None, group=1,
                  kernel_shape=None, pads=None, strides=None):
     """Y = activation(Conv(X, W, B) + Z): Conv's attributes, an optional sum Z of the output's shape
@@ -247,7 +247,7 @@ def fused_conv_1(*, activation=None, activation_params=None, auto_pad="NOTSET", 
 
     def run(x, w, b=None, z=None):
         same_type(x, w)
-        y = _conv(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides)
+        y = convolve(x, w, b, auto_pad, dilations, group, kernel_shape, pads, strides)
         if z is None and act is None:
             return y
         dt = y.dtype
@@ -263,7 +263,7 @@ def fused_conv_1(*, activation=None, activation_params=None, auto_pad="NOTSET", 
     return run
 
 
-@kernel("NhwcConv", since=1, domain=MS)
+@kernel("NhwcConv", since=1, domain=MS, heavy=True)
 def nhwc_conv_1(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
     """Conv on channels-last data: X (N, D1..Dn, C) -> Y (N, O1..On, M); W and B as for Conv."""
     auto_pad = _conv_attrs(auto_pad, group)
@@ -273,7 +273,7 @@ def nhwc_conv_1(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None
         if x.ndim < 3:
             raise InvalidValueError(f"X must have rank >= 3 (N, spatial..., C), got shape {list(x.shape)}")
         first = x.transpose(0, x.ndim - 1, *range(1, x.ndim - 1))
-        y = _conv(first, w, b, auto_pad, dilations, group, kernel_shape, pads, strides)
+        y = convolve(first, w, b, auto_pad, dilations, group, kernel_shape, pads, strides)
         return np.ascontiguousarray(y.transpose(0, *range(2, y.ndim), 1))
     return run
 

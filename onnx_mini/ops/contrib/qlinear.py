@@ -21,7 +21,7 @@ from .._common import as_array, normalize_axis
 from ..nn.conv_quantized import qlinear_conv_10
 from ..nn.pool import _average_pool
 from ..quantization import layout, quantize_array
-from .quantized_matmul import _Memo
+from .quantized_matmul import prepack
 from .layer_norm import embed_layer_normalization_1
 
 MS = "com.microsoft"
@@ -189,12 +189,13 @@ def qlinear_global_average_pool_1(*, channels_last=0):
     return run
 
 
-@kernel("QLinearConv", since=1, domain=MS)
+@kernel("QLinearConv", since=1, domain=MS, heavy=True)
 def qlinear_conv_ms_1(*, auto_pad="NOTSET", channels_last=0, dilations=None, group=1, kernel_shape=None, pads=None,
-                      strides=None):
-    """ai.onnx QLinearConv (conv_quantized.py), on NHWC data when channels_last=1."""
+                      strides=None, _constants=None):
+    """ai.onnx QLinearConv (conv_quantized.py), on NHWC data when channels_last=1 (the weights keep their
+    layout, so the constant ones are prepared the same way)."""
     conv = qlinear_conv_10(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
-                           strides=strides)
+                           strides=strides, _constants=_constants)
     if not channels_last:
         return conv
 
@@ -254,17 +255,19 @@ def dequantize_linear_1(*, axis=None):
 # -- QEmbedLayerNormalization ----------------------------------------------------------------------
 
 @kernel("QEmbedLayerNormalization", since=1, domain=MS, multi_output=True)
-def qembed_layer_normalization_1(*, epsilon=1e-12, _n_outputs=2):
+def qembed_layer_normalization_1(*, epsilon=1e-12, _n_outputs=2, _constants=None):
     """EmbedLayerNormalization on the dequantized tables (per-tensor scale and zero point each). The
-    tables are initializers: each is dequantized once and kept while the same arrays come back."""
+    tables are initializers: each is dequantized once at prepare when it and its scale (and zero point,
+    if given) are constants."""
     embed = embed_layer_normalization_1(epsilon=epsilon, _n_outputs=2)
 
     def table(q, s, zp, what):
         _check_8bit(q, what)
         return dequantize(q, _scale(s, f"{what}_scale"), _zero_point(zp, q.dtype, f"{what}_zero_point"))
 
-    tables = [_Memo(lambda q, s, zp, w=what: table(q, s, zp, w))
-              for what in ("word_embedding", "position_embedding", "segment_embedding", "gamma", "beta")]
+    # table k is input 2 + k, its scale 8 + k, its zero point 13 + k
+    tables = [prepack(lambda q, s, zp, w=what: table(q, s, zp, w), _constants, (2 + k, 8 + k, 13 + k), required=2)
+              for k, what in enumerate(("word_embedding", "position_embedding", "segment_embedding", "gamma", "beta"))]
 
     def run(input_ids, segment_ids, word_q, position_q, segment_q, gamma_q, beta_q, mask=None, word_scale=None,
             position_scale=None, segment_scale=None, gamma_scale=None, beta_scale=None, word_zp=None,
@@ -281,7 +284,7 @@ def qembed_layer_normalization_1(*, epsilon=1e-12, _n_outputs=2):
                 raise InvalidValueError("every scale and zero point but the segment embedding's is required")
         if input_ids.dtype != np.int32:
             raise InvalidValueError(f"input_ids must be int32, got {input_ids.dtype}")
-        floats = [None if q is None else memo(q, s, z) for memo, q, s, z in zip(tables, quantized, scales, zps)]
+        floats = [None if q is None else get(q, s, z) for get, q, s, z in zip(tables, quantized, scales, zps)]
         out, mask_index = embed(input_ids, segment_ids, floats[0], floats[1], floats[2], floats[3], floats[4], mask)
         return out, mask_index
     return run

@@ -6,13 +6,14 @@ Spec: onnxruntime's ContribOperators documentation; where it is silent, onnxrunt
 - MatMulNBits: B holds N rows of K weights quantized in blocks of `block_size` along K, bit-packed
   low bits first (for 4 bits: first value in the low nibble); W[n, k] = (q[n, k] - zp[n, k // bs]) *
   scale[n, k // bs] with the default zero point 2^(bits-1); Y = A @ W^T (+ bias). Weights are
-  initializers: the dequantized W^T is kept while the same read-only B/scales/zero_points/g_idx array
-  objects come back (`_Memo`), so a model dequantizes once, not on every run.
+  initializers: W^T is dequantized once at prepare (`prepack`) when B, scales and the zero points / g_idx
+  given are constants, and on every call only when some are fed at run time.
 - GatherBlockQuantized: a Gather on a block-quantized table, dequantized after the gather (only the
   gathered rows are ever unpacked); an out-of-range index gives a slice of zeros.
-- MatMulIntegerToFloat / DynamicQuantizeMatMul / QGemm: the exact integer product (matmul.py's
-  `_int_product`), scaled in float32.
-- DynamicQuantizeLSTM: LSTM (rnn.py) on the dequantized W and R, kept across runs like MatMulNBits.
+- MatMulIntegerToFloat / DynamicQuantizeMatMul / QGemm / QAttention: the exact integer product (as
+  matmul.py's `_int_product`), scaled in float32; B - b_zero_point, in the float type that keeps the
+  product exact, is made once at prepare when B and its zero point are constants.
+- DynamicQuantizeLSTM: LSTM (rnn.py) on the dequantized W and R, dequantized at prepare like MatMulNBits.
   onnxruntime also quantizes X and the hidden state to uint8 at every step; the documentation does not
   ask for it, so this runtime keeps them in float32 (results agree to about one quantization step).
 """
@@ -24,7 +25,7 @@ import numpy as np
 from ...errors import InvalidValueError
 from ...registry import kernel
 from .._common import as_array, normalize_axis
-from ..math.matmul import _int_product, _per_col
+from ..math.matmul import _centered, _exact_float, _per_col, matmul
 from ..quantization import dynamic_quantize_linear_11, quantize_array
 from ..rnn import lstm_14
 from ..tensor.cast import FLOAT8_MAX
@@ -36,23 +37,28 @@ _FLOATS = frozenset(np.dtype(t) for t in (np.float32, np.float16, ml_dtypes.bflo
 _INT8S = frozenset(np.dtype(t) for t in (np.int8, np.uint8))
 
 
-class _Memo:
-    """fn(*arrays), computed again only when the array objects change. A result is kept only when every
-    argument is a read-only array (initializers and constants, the same object on every run; the
-    executor hands user inputs over as a fresh read-only view per run, so they never hit)."""
+def prepack(fn, constants, indices, required=1):
+    """fn over the node's inputs at `indices`, made once at prepare (onnxruntime's PrePack) when the first
+    `required` of them are constants (the others: constants or omitted). Returns get(*those inputs at run
+    time): the prepared value while they are the arrays it was made from (a constant arrives as that same
+    array), else fn computed per call (inputs fed at run time). A transform failing at prepare is left to
+    fail at run time, where a fed input's error is raised, so both report alike."""
+    constants = constants or {}
+    if any(i not in constants for i in indices[:required]):
+        return fn
+    made = tuple(constants.get(i) for i in indices)
+    try:
+        value = fn(*made)
+    except Exception:
+        return fn
+    if isinstance(value, np.ndarray):
+        value.setflags(write=False)     # shared by every run
 
-    def __init__(self, fn):
-        self.fn = fn
-        self.entry = None           # (arguments, result), replaced as a whole
-
-    def __call__(self, *arrays):
-        entry = self.entry
-        if entry is not None and all(a is b for a, b in zip(entry[0], arrays)):
-            return entry[1]
-        value = self.fn(*arrays)
-        if all(a is None or not a.flags.writeable for a in arrays):
-            self.entry = (arrays, value)
-        return value
+    def get(*args):
+        if all(a is m for a, m in zip(args, made)):
+            return value
+        return fn(*args)
+    return get
 
 
 def unpack_bits(packed: np.ndarray, bits: int) -> np.ndarray:
@@ -86,8 +92,8 @@ def _float_input(x: np.ndarray, what: str) -> None:
 
 # -- MatMulNBits ----------------------------------------------------------------------------------
 
-@kernel("MatMulNBits", since=1, domain=MS)
-def matmul_nbits_1(*, K, N, block_size, bits=4, accuracy_level=0, weight_prepacked=0):
+@kernel("MatMulNBits", since=1, domain=MS, heavy=True)
+def matmul_nbits_1(*, K, N, block_size, bits=4, accuracy_level=0, weight_prepacked=0, _constants=None):
     """accuracy_level only allows onnxruntime to compute with less precision; this runtime always
     multiplies in float32 (float16/bfloat16 A: rounded back once), which every level accepts."""
     bits, bs = _check_bits(bits), _check_block_size(block_size)
@@ -133,7 +139,7 @@ def matmul_nbits_1(*, K, N, block_size, bits=4, accuracy_level=0, weight_prepack
         q *= scales.reshape(N, n_blocks).astype(_F32)[:, block]
         return np.ascontiguousarray(q.T)
 
-    weights = _Memo(dequantize)
+    weights = prepack(dequantize, _constants, (1, 2, 3, 4), required=2)
 
     def run(a, b, scales, zero_points=None, g_idx=None, bias=None):
         _float_input(a, "A")
@@ -239,18 +245,28 @@ def _scalar(p: np.ndarray, what: str) -> np.ndarray:
     return p.reshape(())
 
 
-def _integer_to_float(a, b, a_scale, b_scale, a_zp, b_zp, bias, out_dtype):
-    """(a - a_zp) @ (b - b_zp) * a_scale * b_scale (+ bias): a per tensor, b per tensor or per column."""
-    for x, what in ((a, "A"), (b, "B")):
-        if x.dtype not in _INT8S:
-            raise InvalidValueError(f"{what} must be int8 or uint8, got {x.dtype}")
-    for zp, x, what in ((a_zp, a, "a_zero_point"), (b_zp, b, "b_zero_point")):
-        if zp is not None and zp.dtype != x.dtype:
-            raise InvalidValueError(f"{what} ({zp.dtype}) must have the type of its operand ({x.dtype})")
+def _centered_b(b, b_zp):
+    """b - b_zp (per tensor or per column) in the float type that keeps b's product with 8-bit integers exact."""
+    if b.dtype not in _INT8S:
+        raise InvalidValueError(f"B must be int8 or uint8, got {b.dtype}")
+    if b_zp is not None and b_zp.dtype != b.dtype:
+        raise InvalidValueError(f"b_zero_point ({b_zp.dtype}) must have the type of its operand ({b.dtype})")
+    zp = None if b_zp is None else _per_col(b_zp, b, "b_zero_point")
+    k = b.shape[-2] if b.ndim >= 2 else b.size   # A's last dimension when the two multiply
+    return _centered(b, zp, _exact_float(k))
+
+
+def _integer_to_float(a, b, bc, a_scale, b_scale, a_zp, bias, out_dtype):
+    """(a - a_zp) @ (b - b_zp) * a_scale * b_scale (+ bias): a per tensor, b per tensor or per column;
+    bc(): b - b_zp from `_centered_b` (prepared or computed now), called after a's checks."""
+    if a.dtype not in _INT8S:
+        raise InvalidValueError(f"A must be int8 or uint8, got {a.dtype}")
+    b_centered = bc()
+    if a_zp is not None and a_zp.dtype != a.dtype:
+        raise InvalidValueError(f"a_zero_point ({a_zp.dtype}) must have the type of its operand ({a.dtype})")
     a_zp = None if a_zp is None else _scalar(a_zp, "a_zero_point")
-    b_zp = None if b_zp is None else _per_col(b_zp, b, "b_zero_point")
     scale = _scalar(a_scale, "a_scale").astype(_F32) * _per_col(b_scale, b, "b_scale").astype(_F32)
-    y = as_array(_int_product(a, b, a_zp, b_zp, "matrix product")).astype(_F32, copy=False)
+    y = as_array(matmul(_centered(a, a_zp, b_centered.dtype), b_centered, "matrix product")).astype(_F32, copy=False)
     y *= scale
     if bias is not None:
         if bias.ndim != 1 or bias.shape[0] != y.shape[-1]:
@@ -260,33 +276,38 @@ def _integer_to_float(a, b, a_scale, b_scale, a_zp, b_zp, bias, out_dtype):
     return y.astype(out_dtype, copy=False)
 
 
-@kernel("MatMulIntegerToFloat", since=1, domain=MS)
-def matmul_integer_to_float_1():
+@kernel("MatMulIntegerToFloat", since=1, domain=MS, heavy=True)
+def matmul_integer_to_float_1(*, _constants=None):
+    centered = prepack(_centered_b, _constants, (1, 5))
+
     def run(a, b, a_scale, b_scale, a_zero_point=None, b_zero_point=None, bias=None):
         if a_scale.dtype not in (np.float32, np.float16) or b_scale.dtype != a_scale.dtype:
             raise InvalidValueError(f"a_scale and b_scale must both be float or float16, got {a_scale.dtype} "
                                     f"and {b_scale.dtype}")
-        return _integer_to_float(a, b, a_scale, b_scale, a_zero_point, b_zero_point, bias, a_scale.dtype)
+        return _integer_to_float(a, b, lambda: centered(b, b_zero_point), a_scale, b_scale, a_zero_point, bias,
+                                 a_scale.dtype)
     return run
 
 
-@kernel("DynamicQuantizeMatMul", since=1, domain=MS)
-def dynamic_quantize_matmul_1():
+@kernel("DynamicQuantizeMatMul", since=1, domain=MS, heavy=True)
+def dynamic_quantize_matmul_1(*, _constants=None):
     quantize = dynamic_quantize_linear_11()   # A -> uint8, its scale and zero point (DynamicQuantizeLinear)
+    centered = prepack(_centered_b, _constants, (1, 3))
 
     def run(a, b, b_scale, b_zero_point=None, bias=None):
         if a.dtype != _F32 or b_scale.dtype != _F32:
             raise InvalidValueError(f"A and b_scale must be float, got {a.dtype} and {b_scale.dtype}")
         aq, a_scale, a_zp = quantize(a)
-        return _integer_to_float(aq, b, a_scale, b_scale, a_zp, b_zero_point, bias, _F32)
+        return _integer_to_float(aq, b, lambda: centered(b, b_zero_point), a_scale, b_scale, a_zp, bias, _F32)
     return run
 
 
 # -- QGemm ----------------------------------------------------------------------------------------
 
-@kernel("QGemm", since=1, domain=MS)
-def qgemm_1(*, alpha=1.0, transA=0, transB=0):
+@kernel("QGemm", since=1, domain=MS, heavy=True)
+def qgemm_1(*, alpha=1.0, transA=0, transB=0, _constants=None):
     alpha = np.float32(alpha)
+    centered = prepack(lambda b, zp: _centered_b(b.T if transB else b, zp), _constants, (3, 5))
 
     def run(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c=None, y_scale=None, y_zero_point=None):
         if a.ndim != 2 or b.ndim != 2:
@@ -296,7 +317,8 @@ def qgemm_1(*, alpha=1.0, transA=0, transB=0):
         if a2.shape[1] != b2.shape[0]:
             raise InvalidValueError(f"A {list(a.shape)} (transA={transA}) and B {list(b.shape)} (transB={transB}) "
                                     f"do not multiply")
-        y = _integer_to_float(a2, b2, a_scale, b_scale, a_zero_point, b_zero_point, None, _F32)
+        y = _integer_to_float(a2, b2, lambda: centered(b, b_zero_point), a_scale, b_scale, a_zero_point, None,
+                              _F32)
         if c is not None:   # int32, quantized with scale alpha * a_scale * b_scale and zero point 0
             if c.dtype != np.int32:
                 raise InvalidValueError(f"C must be int32, got {c.dtype}")
@@ -339,11 +361,12 @@ def _dequantize_gates(w, scale, zp, what: str) -> np.ndarray:
 
 @kernel("DynamicQuantizeLSTM", since=1, domain=MS, multi_output=True)
 def dynamic_quantize_lstm_1(*, activation_alpha=None, activation_beta=None, activations=None, clip=None,
-                            direction="forward", hidden_size=None, input_forget=0, _n_outputs=3):
+                            direction="forward", hidden_size=None, input_forget=0, _n_outputs=3, _constants=None):
     lstm = lstm_14(activation_alpha=activation_alpha, activation_beta=activation_beta, activations=activations,
                    clip=clip, direction=direction, hidden_size=hidden_size, input_forget=input_forget,
                    _n_outputs=_n_outputs)
-    w_memo, r_memo = _Memo(lambda *a: _dequantize_gates(*a, "W")), _Memo(lambda *a: _dequantize_gates(*a, "R"))
+    w_gates = prepack(lambda *a: _dequantize_gates(*a, "W"), _constants, (1, 8, 9), required=3)
+    r_gates = prepack(lambda *a: _dequantize_gates(*a, "R"), _constants, (2, 10, 11), required=3)
 
     def run(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None, w_scale=None,
             w_zero_point=None, r_scale=None, r_zero_point=None):
@@ -353,7 +376,7 @@ def dynamic_quantize_lstm_1(*, activation_alpha=None, activation_beta=None, acti
             raise InvalidValueError(f"X must be float, got {x.dtype}")
         if w.dtype != r.dtype:
             raise InvalidValueError(f"W ({w.dtype}) and R ({r.dtype}) must have the same type")
-        return lstm(x, w_memo(w, w_scale, w_zero_point), r_memo(r, r_scale, r_zero_point), b, sequence_lens,
+        return lstm(x, w_gates(w, w_scale, w_zero_point), r_gates(r, r_scale, r_zero_point), b, sequence_lens,
                     initial_h, initial_c, p)
     return run
 
@@ -382,14 +405,15 @@ def _attention_mask(mask_index, batch: int, total: int) -> np.ndarray | None:
                             f"(2 * batch_size), (batch_size, {total}), (batch_size, sequence_length, {total})")
 
 
-@kernel("QAttention", since=1, domain=MS, multi_output=True)
+@kernel("QAttention", since=1, domain=MS, multi_output=True, heavy=True)
 def qattention_1(*, num_heads, do_rotary=0, mask_filter_value=-10000.0, past_present_share_buffer=0, scale=None,
-                 unidirectional=0, _n_outputs=1):
+                 unidirectional=0, _n_outputs=1, _constants=None):
     if num_heads <= 0:
         raise ValueError(f"num_heads must be positive, got {num_heads}")
     if do_rotary or past_present_share_buffer:
         raise ValueError("do_rotary and past_present_share_buffer are not supported")
     filler = np.float32(mask_filter_value)
+    centered = prepack(_centered_b, _constants, (1, 7))
 
     def run(x, weight, bias, input_scale, weight_scale, mask_index=None, input_zero_point=None,
             weight_zero_point=None, past=None):
@@ -402,7 +426,8 @@ def qattention_1(*, num_heads, do_rotary=0, mask_filter_value=-10000.0, past_pre
         out_dtype = input_scale.dtype
         if out_dtype not in (np.float32, np.float16) or bias.dtype != out_dtype:
             raise InvalidValueError(f"bias ({bias.dtype}) and input_scale ({out_dtype}) must be float or float16")
-        qkv = _integer_to_float(x, weight, input_scale, weight_scale, input_zero_point, weight_zero_point, bias, _F32)
+        qkv = _integer_to_float(x, weight, lambda: centered(weight, weight_zero_point), input_scale, weight_scale,
+                                input_zero_point, bias, _F32)
         b, s, hs = x.shape[0], x.shape[1], hidden // num_heads
         q, k, v = (qkv[..., i * hidden:(i + 1) * hidden].reshape(b, s, num_heads, hs).transpose(0, 2, 1, 3)
                    for i in range(3))

@@ -222,7 +222,7 @@ def _gather_cache(cache: np.ndarray, pos: np.ndarray, what: str) -> np.ndarray:
 
 # -- Attention -------------------------------------------------------------------------------------
 
-@kernel("Attention", since=1, domain=MS, multi_output=True)
+@kernel("Attention", since=1, domain=MS, multi_output=True, heavy=True)
 def attention_1(*, num_heads, do_rotary=0, mask_filter_value=-10000.0, past_present_share_buffer=0,
                 qkv_hidden_sizes=None, rotary_embedding_dim=0, scale=None, unidirectional=0, _n_outputs=1):
     """input (batch, seq, in_hidden) @ weights (in_hidden, H + H + Hv) + bias -> Q, K, V; past
@@ -314,7 +314,7 @@ def attention_1(*, num_heads, do_rotary=0, mask_filter_value=-10000.0, past_pres
 
 # -- MultiHeadAttention ----------------------------------------------------------------------------
 
-@kernel("MultiHeadAttention", since=1, domain=MS, multi_output=True)
+@kernel("MultiHeadAttention", since=1, domain=MS, multi_output=True, heavy=True)
 def multi_head_attention_1(*, num_heads, mask_filter_value=-10000.0, scale=None, unidirectional=0, _n_outputs=1):
     """query (batch, seq, hidden) with key/value (batch, kv_seq, hidden) (bias added to each), or packed
     QKV (batch, seq, heads, 3, size), packed KV (batch, kv_seq, heads, 2, size), or key/value already

@@ -252,7 +252,7 @@ def relu_1(*, consumed_inputs=None):
     return _relu_run
 
 
-@kernel("Relu", since=(6, 13, 14))
+@kernel("Relu", since=(6, 13, 14), in_place=lambda x, out: with_scalar(np.maximum, x, 0, out=out))
 def relu_6():
     return _relu_run
 

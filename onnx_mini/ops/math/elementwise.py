@@ -68,17 +68,17 @@ _legacy_versions("Sub", np.subtract)
 _legacy_versions("Mul", np.multiply)
 
 
-@kernel("Add", since=(7, 13, 14))
+@kernel("Add", since=(7, 13, 14), in_place=np.add)
 def add_7():
     return binary(np.add)
 
 
-@kernel("Sub", since=(7, 13, 14))
+@kernel("Sub", since=(7, 13, 14), in_place=np.subtract)
 def sub_7():
     return binary(np.subtract)
 
 
-@kernel("Mul", since=(7, 13, 14))
+@kernel("Mul", since=(7, 13, 14), in_place=np.multiply)
 def mul_7():
     return binary(np.multiply)
 
@@ -107,7 +107,7 @@ def _divide(a, b):
 _legacy_versions("Div", _divide)
 
 
-@kernel("Div", since=(7, 13, 14))
+@kernel("Div", since=(7, 13, 14), in_place=np.divide)
 def div_7():
     return binary(_divide)
 
@@ -133,14 +133,9 @@ def _mod(fmod: int, float_floor_mod: bool):
     return run
 
 
-@kernel("Mod", since=(10, 13))
-def mod_10(*, fmod=0):
-    return _mod(fmod, False)
-
-
-@kernel("Mod", since=28)
-def mod_28(*, fmod=0):
-    return _mod(fmod, True)
+@kernel("Mod", since=(10, 13, 28))
+def mod_10(*, fmod=0, _version):
+    return _mod(fmod, _version >= 28)
 
 
 # -- Pow -----------------------------------------------------------------------------------------
@@ -214,12 +209,12 @@ def _clip_attrs(lo, hi):
     return run
 
 
-@kernel("Clip", since=1)
+@kernel("Clip", since=1, views=True)
 def clip_1(*, min=None, max=None, consumed_inputs=None):
     return _clip_attrs(min, max)
 
 
-@kernel("Clip", since=6)
+@kernel("Clip", since=6, views=True)
 def clip_6(*, min=None, max=None):
     return _clip_attrs(min, max)
 
@@ -233,7 +228,7 @@ def _bound(x, v, name):
     return v.reshape(())
 
 
-@kernel("Clip", since=(11, 12, 13))
+@kernel("Clip", since=(11, 12, 13), views=True)
 def clip_11():
     def run(x, min=None, max=None):
         return _clip(x, _bound(x, min, "min"), _bound(x, max, "max"))
@@ -242,7 +237,7 @@ def clip_11():
 
 # -- Expand --------------------------------------------------------------------------------------
 
-@kernel("Expand", since=(8, 13))
+@kernel("Expand", since=(8, 13), views=True)
 def expand_8():
     def run(x, shape):
         if shape.dtype != np.int64 or shape.ndim != 1:

@@ -41,7 +41,7 @@ def _matmul_run(a, b):
     return as_array(matmul(a, b))
 
 
-@kernel("MatMul", since=(1, 9, 13))
+@kernel("MatMul", since=(1, 9, 13), heavy=True)
 def matmul_1():
     return _matmul_run
 
@@ -114,19 +114,19 @@ def _c_required(n_inputs: int) -> None:
         raise ValueError("Gemm before opset 11 requires the input C")
 
 
-@kernel("Gemm", since=(1, 6))
+@kernel("Gemm", since=(1, 6), heavy=True)
 def gemm_1(*, alpha=1.0, beta=1.0, transA=0, transB=0, broadcast=0, _n_inputs):
     _c_required(_n_inputs)
     return _gemm(alpha, beta, transA, transB, _legacy_c(broadcast))
 
 
-@kernel("Gemm", since=(7, 9))
+@kernel("Gemm", since=(7, 9), heavy=True)
 def gemm_7(*, alpha=1.0, beta=1.0, transA=0, transB=0, _n_inputs):
     _c_required(_n_inputs)
     return _gemm(alpha, beta, transA, transB, _unidirectional)
 
 
-@kernel("Gemm", since=(11, 13))
+@kernel("Gemm", since=(11, 13), heavy=True)
 def gemm_11(*, alpha=1.0, beta=1.0, transA=0, transB=0):
     return _gemm(alpha, beta, transA, transB, _unidirectional)
 
@@ -184,7 +184,7 @@ def _int_product(a, b, a_zp, b_zp, what):
     return matmul(_centered(a, a_zp, ft), _centered(b, b_zp, ft), what)
 
 
-@kernel("MatMulInteger", since=10)
+@kernel("MatMulInteger", since=10, heavy=True)
 def matmul_integer_10():
     def run(a, b, a_zero_point=None, b_zero_point=None):
         a_zp = None if a_zero_point is None else _per_row(a_zero_point, a, "a_zero_point")
@@ -236,7 +236,7 @@ def _qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale,
     return _saturate_float8(y, dt)
 
 
-@kernel("QLinearMatMul", since=(10, 21))
+@kernel("QLinearMatMul", since=(10, 21), heavy=True)
 def qlinear_matmul_10():
     return _qlinear_matmul
 
@@ -284,7 +284,7 @@ def _check_operands(terms: list[str], ops: tuple) -> None:
             raise InvalidValueError(f"term {t!r} does not fit an operand of shape {list(x.shape)}")
 
 
-@kernel("Einsum", since=(12, 28))
+@kernel("Einsum", since=(12, 28), heavy=True, views=True)
 def einsum_12(*, equation):
     terms, rhs, _ = _parse_equation(equation)
     subscripts = ",".join(terms) + "->" + rhs

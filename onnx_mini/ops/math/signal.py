@@ -213,8 +213,8 @@ def mel_weight_matrix(num_mel_bins: int, dft_length: int, sample_rate: int, lowe
 
 
 @kernel("MelWeightMatrix", since=17)
-def mel_weight_matrix_17(*, output_datatype=1):
-    dtype = dtype_attribute(output_datatype, "MelWeightMatrix", 17, "T3", "output_datatype")
+def mel_weight_matrix_17(*, output_datatype=1, _version):
+    dtype = dtype_attribute(output_datatype, "MelWeightMatrix", _version, "T3", "output_datatype")
 
     def run(num_mel_bins, dft_length, sample_rate, lower_edge_hertz, upper_edge_hertz):
         return mel_weight_matrix(

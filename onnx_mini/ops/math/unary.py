@@ -178,9 +178,9 @@ def _erf_typed(x: np.ndarray) -> np.ndarray:
 
 # -- the ops ---------------------------------------------------------------------------------------
 
-def _register(op: str, fn, since, legacy: bool = False) -> None:
+def _register(op: str, fn, since, legacy: bool = False, in_place=None) -> None:
     """Kernels of a one-input op computing fn: version 1 with `consumed_inputs` when legacy, then
-    `since` (versions without attributes)."""
+    `since` (versions without attributes, with the in_place fact when given)."""
     run = float32_compute(fn) if isinstance(fn, np.ufunc) else fn
 
     if legacy:
@@ -192,7 +192,7 @@ def _register(op: str, fn, since, legacy: bool = False) -> None:
     def factory():
         return run
     factory.__name__ = f"{op.lower()}_{since[0]}"
-    kernel(op, since=since)(factory)
+    kernel(op, since=since, in_place=in_place)(factory)
 
 
 for _op, _fn, _since, _legacy in (
@@ -220,4 +220,5 @@ for _op, _fn, _since, _legacy in (
     ("Tan", np.tan, (7, 22), False),
     ("Tanh", np.tanh, (6, 13), True),
 ):
-    _register(_op, _fn, _since, _legacy)
+    # the ufunc itself writes the same result into out= for float32/float64
+    _register(_op, _fn, _since, _legacy, _fn if _op in ("Abs", "Exp", "Neg", "Sqrt", "Tanh") else None)

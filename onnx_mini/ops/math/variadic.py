@@ -63,16 +63,17 @@ def _mean(same_shape: bool, mean: bool):
 
 
 def _register(op: str, make) -> None:
-    """make(same_shape) builds the kernel function; 1 and 6 need equal shapes, 8+ broadcast."""
-    @kernel(op, since=1)
+    """make(same_shape) builds the kernel function; 1 and 6 need equal shapes, 8+ broadcast. A single
+    input is returned itself (views)."""
+    @kernel(op, since=1, views=True)
     def v1(*, consumed_inputs=None):
         return make(True)
 
-    @kernel(op, since=6)
+    @kernel(op, since=6, views=True)
     def v6():
         return make(True)
 
-    @kernel(op, since=(8, 12, 13) if op in ("Max", "Min") else (8, 13))
+    @kernel(op, since=(8, 12, 13) if op in ("Max", "Min") else (8, 13), views=True)
     def v8():
         return make(False)
 

@@ -1,10 +1,8 @@
 """Geometry shared by convolutions and pools: kernel extents, auto_pad, output sizes, padding; per_image,
-how both go through a batch; and what the convolutions' weight transforms share (finite, cached_transform)."""
+how both go through a batch; and what the convolutions' weight transforms need (finite)."""
 from __future__ import annotations
 
 import math
-import threading
-import weakref
 
 import numpy as np
 
@@ -158,7 +156,7 @@ def per_image(compute, shape, dtype) -> np.ndarray:
     return y
 
 
-# -- weight transforms (Winograd, banded depthwise) ------------------------------------------------
+# -- what the convolutions' weight transforms need (Winograd, banded depthwise) ---------------------
 
 def finite(x: np.ndarray) -> bool:
     """Whether x holds only finite values (its sum is finite; an overflowing sum says no, which only
@@ -166,32 +164,3 @@ def finite(x: np.ndarray) -> bool:
     signs, so an infinity or a NaN would reach outputs the convolution keeps it out of."""
     with np.errstate(over="ignore", invalid="ignore"):
         return bool(np.isfinite(x.sum()))
-
-
-# Entries go when their W does; the cap only bounds a process holding many models' constants (a
-# model with more transformed layers than this would recompute some at every run).
-_TRANSFORMS = 1024
-_transforms: dict = {}           # (id(w), key) -> (weakref to w, transform)
-_transforms_lock = threading.Lock()
-
-
-def cached_transform(w: np.ndarray, key: tuple, make):
-    """make(): a transform of the weights w (None allowed), kept under (id(w), key) while a read-only
-    w lives (a constant: nothing can change it behind the cache's back); made anew for a writeable w."""
-    k = (id(w), key)
-    hit = _transforms.get(k)
-    if hit is not None and hit[0]() is w:
-        return hit[1]
-    value = make()
-    if not w.flags.writeable:
-        with _transforms_lock:
-            if len(_transforms) >= _TRANSFORMS:
-                try:        # a W dying meanwhile removes its entry from under the iterator
-                    _transforms.pop(next(iter(_transforms)), None)
-                except (StopIteration, RuntimeError):
-                    pass
-            try:
-                _transforms[k] = (weakref.ref(w, lambda _, k=k: _transforms.pop(k, None)), value)
-            except TypeError:       # an array type without weak references: no caching
-                pass
-    return value

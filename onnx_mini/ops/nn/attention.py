@@ -230,30 +230,21 @@ def _attrs_common(scale, softcap):
     return (None if scale is None else float(scale)), float(softcap or 0.0)
 
 
-@kernel("Attention", since=23)
+@kernel("Attention", since=(23, 24), heavy=True)
 def attention_23(*, is_causal=0, kv_num_heads=None, q_num_heads=None, qk_matmul_output_mode=0,
-                 scale=None, softcap=0.0, softmax_precision=None, _n_outputs=1):
+                 scale=None, softcap=0.0, softmax_precision=None, _n_outputs=1, _version):
     scale, softcap = _attrs_common(scale, softcap)
-    return _attention(version=23, is_causal=is_causal, q_num_heads=q_num_heads, kv_num_heads=kv_num_heads,
+    return _attention(version=_version, is_causal=is_causal, q_num_heads=q_num_heads, kv_num_heads=kv_num_heads,
                       qk_matmul_output_mode=qk_matmul_output_mode, scale=scale, softcap=softcap,
                       softmax_precision=softmax_precision, n_outputs=_n_outputs)
 
 
-@kernel("Attention", since=24)
-def attention_24(*, is_causal=0, kv_num_heads=None, q_num_heads=None, qk_matmul_output_mode=0,
-                 scale=None, softcap=0.0, softmax_precision=None, _n_outputs=1):
-    scale, softcap = _attrs_common(scale, softcap)
-    return _attention(version=24, is_causal=is_causal, q_num_heads=q_num_heads, kv_num_heads=kv_num_heads,
-                      qk_matmul_output_mode=qk_matmul_output_mode, scale=scale, softcap=softcap,
-                      softmax_precision=softmax_precision, n_outputs=_n_outputs)
-
-
-@kernel("Attention", since=25)
+@kernel("Attention", since=25, heavy=True)
 def attention_25(*, is_causal=0, kv_num_heads=None, q_num_heads=None, qk_matmul_output_mode=0,
                  scale=None, softcap=0.0, softmax_precision=None, left_window_size=-1, right_window_size=-1,
-                 _n_outputs=1):
+                 _n_outputs=1, _version):
     scale, softcap = _attrs_common(scale, softcap)
-    return _attention(version=25, is_causal=is_causal, q_num_heads=q_num_heads, kv_num_heads=kv_num_heads,
+    return _attention(version=_version, is_causal=is_causal, q_num_heads=q_num_heads, kv_num_heads=kv_num_heads,
                       qk_matmul_output_mode=qk_matmul_output_mode, scale=scale, softcap=softcap,
                       softmax_precision=softmax_precision, left_window_size=left_window_size,
                       right_window_size=right_window_size, n_outputs=_n_outputs)

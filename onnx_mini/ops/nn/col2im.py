@@ -57,7 +57,7 @@ def _ints(v, what: str) -> list[int]:
     return [int(i) for i in v]
 
 
-@kernel("Col2Im", since=18)
+@kernel("Col2Im", since=18, heavy=True)
 def col2im_18(*, dilations=None, pads=None, strides=None):
     for name, v in (("dilations", dilations), ("strides", strides)):
         if v is not None and min(v, default=1) < 1:

@@ -4,7 +4,8 @@ x - x_zero_point and w - w_zero_point are small integers (|v| <= 255), so their 
 sum are integers of at most 65025 * (C/group * prod(kernel)) in magnitude: float32 holds them exactly below
 2^24, float64 below 2^53. The convolution runs as Conv's (BLAS) float formulation in the narrowest exact
 type, and the result is converted back to integers exactly. Padding is zero after the zero-point shift
-(the input is padded with its zero point).
+(the input is padded with its zero point). w - w_zero_point is made once at prepare when both are
+constants (`_prepared_weight`), and on every call only when they are fed at run time.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import numpy as np
 from ...errors import InvalidValueError
 from ...registry import kernel
 from ._common import check_auto_pad
-from .conv import _conv
+from .conv import convolve
 
 _EXACT_F32 = 2 ** 24
 
@@ -38,19 +39,47 @@ def _check_8bit(a, what: str) -> None:
         raise InvalidValueError(f"{what} must be uint8 or int8, got {a.dtype}")
 
 
-def _integer_conv(x, w, x_zero_point, w_zero_point, attrs) -> np.ndarray:
-    """conv(x - x_zero_point, w - w_zero_point) as float values holding exact integers."""
-    _check_8bit(x, "x")
+def _shifted_weight(w, w_zero_point) -> np.ndarray:
+    """w - w_zero_point as float values holding exact integers, in the narrowest type keeping the conv exact."""
     _check_8bit(w, "w")
     if w.ndim < 3:
         raise InvalidValueError(f"w must have rank >= 3 (M, C/group, spatial...), got shape {list(w.shape)}")
     m = w.shape[0]
     reduction = math.prod(w.shape[1:])
     ft = np.float32 if 255 * 255 * reduction < _EXACT_F32 else np.float64
-    xs = x.astype(ft) - _per_tensor_or_channel(x_zero_point, ft, "x_zero_point")
     wzp = _per_tensor_or_channel(w_zero_point, ft, "w_zero_point", per_channel=m)
-    ws = w.astype(ft) - wzp.reshape(wzp.shape + (1,) * (w.ndim - 1))
-    return _conv(xs, ws, None, *attrs)
+    return w.astype(ft) - wzp.reshape(wzp.shape + (1,) * (w.ndim - 1))
+
+
+def _prepared_weight(constants, w_index: int, zp_index: int):
+    """get(w, w_zero_point) -> `_shifted_weight`, made once here (onnxruntime's PrePack) when the weight
+    (input w_index) and its zero point (input zp_index, constant or omitted) are known at prepare; computed
+    per call while either is fed at run time (a constant arrives as that same array). A weight failing
+    here fails at run time instead, as a fed one does."""
+    constants = constants or {}
+    if w_index not in constants:
+        return _shifted_weight
+    made = (constants[w_index], constants.get(zp_index))
+    try:
+        ws = _shifted_weight(*made)
+    except Exception:
+        return _shifted_weight
+    ws.setflags(write=False)        # shared by every run
+
+    def get(w, w_zero_point):
+        if w is made[0] and w_zero_point is made[1]:
+            return ws
+        return _shifted_weight(w, w_zero_point)
+    return get
+
+
+def _integer_conv(x, w, x_zero_point, w_zero_point, attrs, weight=_shifted_weight) -> np.ndarray:
+    """conv(x - x_zero_point, w - w_zero_point) as float values holding exact integers (weight: how
+    w - w_zero_point is obtained, `_prepared_weight`'s get)."""
+    _check_8bit(x, "x")
+    ws = weight(w, w_zero_point)
+    xs = x.astype(ws.dtype) - _per_tensor_or_channel(x_zero_point, ws.dtype, "x_zero_point")
+    return convolve(xs, ws, None, *attrs)
 
 
 def _attrs(auto_pad, dilations, group, kernel_shape, pads, strides):
@@ -60,20 +89,24 @@ def _attrs(auto_pad, dilations, group, kernel_shape, pads, strides):
     return auto_pad, dilations, group, kernel_shape, pads, strides
 
 
-@kernel("ConvInteger", since=10)
-def conv_integer_10(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
+@kernel("ConvInteger", since=10, heavy=True)
+def conv_integer_10(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None,
+                    _constants=None):
     attrs = _attrs(auto_pad, dilations, group, kernel_shape, pads, strides)
+    weight = _prepared_weight(_constants, 1, 3)
 
     def conv_integer(x, w, x_zero_point=None, w_zero_point=None):
-        y = _integer_conv(x, w, x_zero_point, w_zero_point, attrs)
+        y = _integer_conv(x, w, x_zero_point, w_zero_point, attrs, weight)
         # exact integers; beyond int32 the accumulation wraps (the spec allows overflow only in 32 bits)
         return y.astype(np.int64).astype(np.int32)
     return conv_integer
 
 
-@kernel("QLinearConv", since=10)
-def qlinear_conv_10(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
+@kernel("QLinearConv", since=10, heavy=True)
+def qlinear_conv_10(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None,
+                    _constants=None):
     attrs = _attrs(auto_pad, dilations, group, kernel_shape, pads, strides)
+    weight = _prepared_weight(_constants, 3, 5)
 
     def qlinear_conv(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None):
         _check_8bit(y_zero_point, "y_zero_point")
@@ -81,7 +114,7 @@ def qlinear_conv_10(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=
         if B is not None:
             if B.shape != (m,) or B.dtype != np.int32:
                 raise InvalidValueError(f"B must be an int32 tensor of shape [{m}], got {B.dtype} {list(B.shape)}")
-        acc = _integer_conv(x, w, x_zero_point, w_zero_point, attrs).astype(np.float64, copy=False)
+        acc = _integer_conv(x, w, x_zero_point, w_zero_point, attrs, weight).astype(np.float64, copy=False)
         r = acc.ndim - 2
         if B is not None:     # exact: |acc| < 2^53, |B| < 2^31
             acc = acc + B.astype(np.float64).reshape((1, m) + (1,) * r)

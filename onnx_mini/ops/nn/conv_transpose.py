@@ -18,7 +18,7 @@ from ...registry import kernel
 from .._common import UPCAST
 from ._common import check_auto_pad, check_bias, conv_kernel
 from .col2im import scatter_blocks
-from .conv import _grouped_matmul
+from .conv import grouped_matmul
 
 
 def _factory(auto_pad, dilations, group, kernel_shape, output_padding, output_shape, pads, strides, upper_first):
@@ -38,21 +38,13 @@ def _factory(auto_pad, dilations, group, kernel_shape, output_padding, output_sh
     return conv_transpose
 
 
-@kernel("ConvTranspose", since=1)
+@kernel("ConvTranspose", since=(1, 11, 22), heavy=True)
 def conv_transpose_1(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, output_padding=None,
-                     output_shape=None, pads=None, strides=None):
-    # ConvTranspose-1's formula for pads derived from output_shape: the larger half at the start only for
-    # SAME_UPPER, else at the end.
+                     output_shape=None, pads=None, strides=None, _version):
+    # Pads derived from output_shape: in version 1 the larger half goes at the start only for SAME_UPPER,
+    # else at the end; from 11, SAME_UPPER puts it at the end, anything else at the start.
     return _factory(auto_pad, dilations, group, kernel_shape, output_padding, output_shape, pads, strides,
-                    upper_first=True)
-
-
-@kernel("ConvTranspose", since=(11, 22))
-def conv_transpose_11(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, output_padding=None,
-                      output_shape=None, pads=None, strides=None):
-    # From 11: with output_shape, SAME_UPPER puts the larger half at the end, anything else at the start.
-    return _factory(auto_pad, dilations, group, kernel_shape, output_padding, output_shape, pads, strides,
-                    upper_first=False)
+                    upper_first=_version < 11)
 
 
 def transpose_geometry(in_sizes, kernel, strides, dilations, pads, output_padding, output_shape, auto_pad,
@@ -116,7 +108,7 @@ def _conv_transpose(x, w, b, auto_pad, dilations, group, kernel_shape, output_pa
     taps = math.prod(kernel)
     # W (C, Mg, *k) -> per group W^T (Mg*k, Cg); X -> (N, G, Cg, pixels)
     wt = w.reshape(group, cg, mg * taps).transpose(0, 2, 1)
-    cols = _grouped_matmul(wt, x.reshape(n, group, cg, math.prod(x.shape[2:])))   # (N, G, Mg*k, pixels)
+    cols = grouped_matmul(wt, x.reshape(n, group, cg, math.prod(x.shape[2:])))   # (N, G, Mg*k, pixels)
     y = scatter_blocks(cols.reshape(n, m, *kernel, *x.shape[2:]), out, begin, st, dil)
     if b is not None:
         y += b.reshape((1, m) + (1,) * r)

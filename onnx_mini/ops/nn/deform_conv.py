@@ -18,10 +18,10 @@ from ...errors import InvalidValueError
 from ...registry import kernel
 from .._common import UPCAST
 from ._common import check_bias, check_groups, conv_kernel, geometry
-from .conv import _grouped_matmul
+from .conv import grouped_matmul
 
 
-@kernel("DeformConv", since=(19, 22))
+@kernel("DeformConv", since=(19, 22), heavy=True)
 def deform_conv_19(*, dilations=None, group=1, kernel_shape=None, offset_group=1, pads=None, strides=None):
     if group < 1 or offset_group < 1:
         raise ValueError(f"group ({group}) and offset_group ({offset_group}) must be >= 1")
@@ -98,7 +98,7 @@ def _deform_conv(x, w, offset, b, mask, dilations, group, kernel_shape, offset_g
         if msk is not None:
             acc *= msk[:, ti, :, None]
         cols[:, :, ti] = acc.transpose(0, 2, 1)
-    y = _grouped_matmul(w.reshape(group, m // group, cg * taps), cols.reshape(n, group, cg * taps, pixels))
+    y = grouped_matmul(w.reshape(group, m // group, cg * taps), cols.reshape(n, group, cg * taps, pixels))
     y = y.reshape(n, m, *out)
     if b is not None:
         y += b.reshape((1, m) + (1,) * r)

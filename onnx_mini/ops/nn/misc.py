@@ -57,24 +57,20 @@ def _dropout_attr(ratio: float, training: bool, n_outputs: int, mask_type):
     return lambda x: _random_dropout(x, ratio, rng, n_outputs, mask_type)
 
 
-@kernel("Dropout", since=1)
+@kernel("Dropout", since=1, foldable=False, views=True)
 def dropout_1(*, is_test=0, ratio=0.5, consumed_inputs=None, _n_outputs=1):
     return _dropout_attr(ratio, not is_test, _n_outputs, None)
 
 
-@kernel("Dropout", since=6)
+@kernel("Dropout", since=6, foldable=False, views=True)
 def dropout_6(*, is_test=0, ratio=0.5, _n_outputs=1):
     return _dropout_attr(ratio, not is_test, _n_outputs, None)
 
 
-@kernel("Dropout", since=7)
-def dropout_7(*, ratio=0.5, _n_outputs=1):
-    return _dropout_attr(ratio, False, _n_outputs, None)      # no training mode: Y = X
-
-
-@kernel("Dropout", since=10)
-def dropout_10(*, ratio=0.5, _n_outputs=1):
-    return _dropout_attr(ratio, False, _n_outputs, np.bool_)
+@kernel("Dropout", since=(7, 10), foldable=False, views=True)
+def dropout_7(*, ratio=0.5, _n_outputs=1, _version):
+    # no training mode: Y = X; the mask is of X's type in 7, bool from 10
+    return _dropout_attr(ratio, False, _n_outputs, np.bool_ if _version >= 10 else None)
 
 
 def _scalar(v: np.ndarray, name: str):
@@ -83,7 +79,7 @@ def _scalar(v: np.ndarray, name: str):
     return v.reshape(()).astype(np.float64).item() if v.dtype in UPCAST else v.reshape(()).item()
 
 
-@kernel("Dropout", since=(12, 13, 22))
+@kernel("Dropout", since=(12, 13, 22), foldable=False, views=True)
 def dropout_12(*, seed=None, _n_outputs=1):
     rng = _generator(seed)
 
@@ -109,14 +105,14 @@ def _flatten(axis: int):
     return run
 
 
-@kernel("Flatten", since=(1, 9))
+@kernel("Flatten", since=(1, 9), views=True)
 def flatten_1(*, axis=1):
     if axis < 0:
         raise ValueError(f"axis must be >= 0 before opset 11, got {axis}")
     return _flatten(axis)
 
 
-@kernel("Flatten", since=(11, 13, 21, 23, 24, 25))
+@kernel("Flatten", since=(11, 13, 21, 23, 24, 25), views=True)
 def flatten_11(*, axis=1):
     return _flatten(axis)
 

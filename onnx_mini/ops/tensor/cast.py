@@ -322,28 +322,19 @@ def _cast_fn(version: int, to, saturate=1, round_mode="up"):
     return run
 
 
-@kernel("Cast", since=1)
-def cast_1(*, to):
-    return _cast_fn(1, to)      # `to` is a type name here (e.g. "FLOAT")
+@kernel("Cast", since=(1, 6, 9, 13), views=True)
+def cast_1(*, to, _version):
+    return _cast_fn(_version, to)      # Cast-1's `to` is a type name (e.g. "FLOAT")
 
 
-def _register_cast(version: int) -> None:
-    if version < 19:
-        @kernel("Cast", since=version)
-        def cast(*, to):
-            return _cast_fn(version, to)
-    elif version < 24:
-        @kernel("Cast", since=version)
-        def cast(*, to, saturate=1):
-            return _cast_fn(version, to, saturate)
-    else:
-        @kernel("Cast", since=version)
-        def cast(*, to, saturate=1, round_mode="up"):
-            return _cast_fn(version, to, saturate, round_mode)
+@kernel("Cast", since=(19, 21, 23), views=True)
+def cast_19(*, to, saturate=1, _version):
+    return _cast_fn(_version, to, saturate)
 
 
-for _v in (6, 9, 13, 19, 21, 23, 24, 25, 28):
-    _register_cast(_v)
+@kernel("Cast", since=(24, 25, 28), views=True)
+def cast_24(*, to, saturate=1, round_mode="up", _version):
+    return _cast_fn(_version, to, saturate, round_mode)
 
 
 # -- CastLike ------------------------------------------------------------------------------------
@@ -364,23 +355,19 @@ def _castlike_fn(version: int, saturate=1, round_mode="up"):
     return run
 
 
-def _register_castlike(version: int) -> None:
-    if version < 19:
-        @kernel("CastLike", since=version)
-        def castlike():
-            return _castlike_fn(version)
-    elif version < 24:
-        @kernel("CastLike", since=version)
-        def castlike(*, saturate=1):
-            return _castlike_fn(version, saturate)
-    else:
-        @kernel("CastLike", since=version)
-        def castlike(*, saturate=1, round_mode="up"):
-            return _castlike_fn(version, saturate, round_mode)
+@kernel("CastLike", since=15, views=True)
+def castlike_15(*, _version):
+    return _castlike_fn(_version)
 
 
-for _v in (15, 19, 21, 23, 24, 25):
-    _register_castlike(_v)
+@kernel("CastLike", since=(19, 21, 23), views=True)
+def castlike_19(*, saturate=1, _version):
+    return _castlike_fn(_version, saturate)
+
+
+@kernel("CastLike", since=(24, 25), views=True)
+def castlike_24(*, saturate=1, round_mode="up", _version):
+    return _castlike_fn(_version, saturate, round_mode)
 
 
 # -- BitCast -------------------------------------------------------------------------------------
@@ -393,10 +380,10 @@ def bit_width(dtype: np.dtype) -> int:
     return _BITS_OVERRIDE.get(dtype, dtype.itemsize * 8)
 
 
-@kernel("BitCast", since=26)
-def bitcast_26(*, to):
-    allowed_in = schema_dtypes("BitCast", 26, "T1")
-    dst = target_dtype(to, schema_dtypes("BitCast", 26, "T2"))
+@kernel("BitCast", since=26, views=True)
+def bitcast_26(*, to, _version):
+    allowed_in = schema_dtypes("BitCast", _version, "T1")
+    dst = target_dtype(to, schema_dtypes("BitCast", _version, "T2"))
     bits = bit_width(dst)
 
     def run(x):

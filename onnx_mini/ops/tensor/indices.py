@@ -64,14 +64,10 @@ def _one_hot(indices, depth, values, axis: int, negative: bool) -> np.ndarray:
     return values.reshape(-1).take(hot.view(np.uint8))
 
 
-@kernel("OneHot", since=9)
-def one_hot_9(*, axis=-1):
-    return lambda indices, depth, values: _one_hot(indices, depth, values, axis, negative=False)
-
-
-@kernel("OneHot", since=(11, 28))
-def one_hot_11(*, axis=-1):
-    return lambda indices, depth, values: _one_hot(indices, depth, values, axis, negative=True)
+@kernel("OneHot", since=(9, 11, 28))
+def one_hot_9(*, axis=-1, _version):
+    negative = _version >= 11       # negative indices count from the end from 11 on
+    return lambda indices, depth, values: _one_hot(indices, depth, values, axis, negative=negative)
 
 
 # -- Unique --------------------------------------------------------------------------------------

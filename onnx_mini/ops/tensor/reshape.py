@@ -15,7 +15,7 @@ def _identity(x):
     return x
 
 
-@kernel("Identity", since=(1, 13, 14, 16, 19, 21, 23, 24, 25))
+@kernel("Identity", since=(1, 13, 14, 16, 19, 21, 23, 24, 25), views=True)
 def identity_1():
     # Tensors, sequences (14+) and optionals (16+) pass through unchanged: no copy.
     return _identity
@@ -72,7 +72,7 @@ def target_shape(in_shape: tuple, requested, allowzero: bool) -> tuple:
     return tuple(shape)
 
 
-@kernel("Reshape", since=1)
+@kernel("Reshape", since=1, views=True)
 def reshape_1(*, shape=None, consumed_inputs=None):
     if shape is None:
         raise ValueError("Reshape-1 needs the attribute 'shape'")
@@ -80,12 +80,12 @@ def reshape_1(*, shape=None, consumed_inputs=None):
     return lambda data: data.reshape(target_shape(data.shape, requested, False))
 
 
-@kernel("Reshape", since=(5, 13))
+@kernel("Reshape", since=(5, 13), views=True)
 def reshape_5():
     return reshape_14(allowzero=0)
 
 
-@kernel("Reshape", since=(14, 19, 21, 23, 24, 25))
+@kernel("Reshape", since=(14, 19, 21, 23, 24, 25), views=True)
 def reshape_14(*, allowzero=0):
     allow = bool(allowzero)
 
@@ -131,33 +131,33 @@ def unsqueeze(data: np.ndarray, axes) -> np.ndarray:
     return data.reshape([1 if k in ax else next(dims) for k in range(out_rank)])
 
 
-@kernel("Squeeze", since=(1, 11))
+@kernel("Squeeze", since=(1, 11), views=True)
 def squeeze_1(*, axes=None):
     axes = None if axes is None else list(axes)
     return lambda data: squeeze(data, axes)
 
 
-@kernel("Squeeze", since=(13, 21, 23, 24, 25))
+@kernel("Squeeze", since=(13, 21, 23, 24, 25), views=True)
 def squeeze_13():
     def run(data, axes=None):
         return squeeze(data, None if axes is None else int_list(axes, "axes"))
     return run
 
 
-@kernel("Unsqueeze", since=(1, 11))
+@kernel("Unsqueeze", since=(1, 11), views=True)
 def unsqueeze_1(*, axes):
     axes = list(axes)
     return lambda data: unsqueeze(data, axes)
 
 
-@kernel("Unsqueeze", since=(13, 21, 23, 24, 25))
+@kernel("Unsqueeze", since=(13, 21, 23, 24, 25), views=True)
 def unsqueeze_13():
     return lambda data, axes: unsqueeze(data, int_list(axes, "axes"))
 
 
 # -- Transpose -----------------------------------------------------------------------------------
 
-@kernel("Transpose", since=(1, 13, 21, 23, 24, 25))
+@kernel("Transpose", since=(1, 13, 21, 23, 24, 25), views=True)
 def transpose_1(*, perm=None):
     if perm is None:
         return np.transpose          # reverses the axes; a view

@@ -55,21 +55,21 @@ def _text(v):
 
 # -- kernels --------------------------------------------------------------------------------------
 
-@kernel("Resize", since=10)
+@kernel("Resize", since=10, heavy=True, views=True)
 def resize_10(*, mode="nearest"):
     cfg = _Config(mode, "asymmetric", "floor", -0.75, 0, 0.0, 0, None, "stretch", {"asymmetric"},
                   legacy_nearest=True)
     return lambda x, scales: _resize(cfg, x, None, scales, None)
 
 
-@kernel("Resize", since=(11, 13))
+@kernel("Resize", since=(11, 13), heavy=True, views=True)
 def resize_11(*, mode="nearest", coordinate_transformation_mode="half_pixel", nearest_mode="round_prefer_floor",
               cubic_coeff_a=-0.75, exclude_outside=0, extrapolation_value=0.0):
     return _resize_fn(mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a, exclude_outside,
                       extrapolation_value, 0, None, "stretch", _COORD_MODES - {"half_pixel_symmetric"})
 
 
-@kernel("Resize", since=(18, 19))
+@kernel("Resize", since=(18, 19), heavy=True, views=True)
 def resize_18(*, mode="nearest", coordinate_transformation_mode="half_pixel", nearest_mode="round_prefer_floor",
               cubic_coeff_a=-0.75, exclude_outside=0, extrapolation_value=0.0, antialias=0, axes=None,
               keep_aspect_ratio_policy="stretch"):

@@ -77,25 +77,24 @@ def _scatter_elements(data, indices, updates, axis: int, ufunc) -> np.ndarray:
     return _apply(data.reshape(-1), lin, updates, ufunc).reshape(data.shape)
 
 
+def _reductions(version: int) -> tuple:
+    """The reduction attribute's values at a version of ScatterElements / ScatterND (16+)."""
+    return ("none", "add", "mul", "max", "min") if version >= 18 else ("none", "add", "mul")
+
+
 @kernel("Scatter", since=(9, 11))
 def scatter_9(*, axis=0):
-    return scatter_elements_16(axis=axis, reduction="none")
+    return scatter_elements_16(axis=axis, reduction="none", _version=16)
 
 
 @kernel("ScatterElements", since=(11, 13))
 def scatter_elements_11(*, axis=0):
-    return scatter_elements_16(axis=axis, reduction="none")
+    return scatter_elements_16(axis=axis, reduction="none", _version=16)
 
 
-@kernel("ScatterElements", since=16)
-def scatter_elements_16(*, axis=0, reduction="none"):
-    ufunc = _reduction(reduction, ("none", "add", "mul"))
-    return lambda data, indices, updates: _scatter_elements(data, indices, updates, axis, ufunc)
-
-
-@kernel("ScatterElements", since=18)
-def scatter_elements_18(*, axis=0, reduction="none"):
-    ufunc = _reduction(reduction, ("none", "add", "mul", "max", "min"))
+@kernel("ScatterElements", since=(16, 18))
+def scatter_elements_16(*, axis=0, reduction="none", _version):
+    ufunc = _reduction(reduction, _reductions(_version))
     return lambda data, indices, updates: _scatter_elements(data, indices, updates, axis, ufunc)
 
 
@@ -121,18 +120,12 @@ def _scatter_nd(data, indices, updates, ufunc) -> np.ndarray:
 
 @kernel("ScatterND", since=(11, 13))
 def scatter_nd_11():
-    return scatter_nd_16(reduction="none")
+    return scatter_nd_16(reduction="none", _version=16)
 
 
-@kernel("ScatterND", since=16)
-def scatter_nd_16(*, reduction="none"):
-    ufunc = _reduction(reduction, ("none", "add", "mul"))
-    return lambda data, indices, updates: _scatter_nd(data, indices, updates, ufunc)
-
-
-@kernel("ScatterND", since=18)
-def scatter_nd_18(*, reduction="none"):
-    ufunc = _reduction(reduction, ("none", "add", "mul", "max", "min"))
+@kernel("ScatterND", since=(16, 18))
+def scatter_nd_16(*, reduction="none", _version):
+    ufunc = _reduction(reduction, _reductions(_version))
     return lambda data, indices, updates: _scatter_nd(data, indices, updates, ufunc)
 
 

@@ -88,22 +88,17 @@ def _run_split(axis: int, n_out: int, fixed=None):
     return run
 
 
-@kernel("Split", since=1)
+@kernel("Split", since=(1, 2, 11), views=True)
 def split_1(*, axis=0, split=None, _n_outputs):
     return _run_split(axis, _n_outputs, None if split is None else list(split))
 
 
-@kernel("Split", since=(2, 11))
-def split_2(*, axis=0, split=None, _n_outputs):
-    return _run_split(axis, _n_outputs, None if split is None else list(split))
-
-
-@kernel("Split", since=13)
+@kernel("Split", since=13, views=True)
 def split_13(*, axis=0, _n_outputs):
     return _run_split(axis, _n_outputs)
 
 
-@kernel("Split", since=18)
+@kernel("Split", since=18, views=True)
 def split_18(*, axis=0, num_outputs=None, _n_outputs):
     if num_outputs is None:
         return _run_split(axis, _n_outputs)
@@ -161,14 +156,14 @@ def slice_tensor(data: np.ndarray, starts: list, ends: list, axes, steps) -> np.
     return data[tuple(index)]
 
 
-@kernel("Slice", since=1)
+@kernel("Slice", since=1, views=True)
 def slice_1(*, starts, ends, axes=None):
     starts, ends = list(starts), list(ends)
     axes = None if axes is None else list(axes)
     return lambda data: slice_tensor(data, starts, ends, axes, None)
 
 
-@kernel("Slice", since=(10, 11, 13))
+@kernel("Slice", since=(10, 11, 13), views=True)
 def slice_10():
     def run(data, starts, ends, axes=None, steps=None):
         return slice_tensor(data, int_list(starts, "starts"), int_list(ends, "ends"),
@@ -191,7 +186,7 @@ def tile(x: np.ndarray, repeats: list[int]) -> np.ndarray:
     return out.reshape([r * d for r, d in zip(repeats, x.shape)])
 
 
-@kernel("Tile", since=1)
+@kernel("Tile", since=1, views=True)
 def tile_1():
     def run(x, tiles, axis):
         (t,) = int_list(tiles, "tiles")
@@ -202,7 +197,7 @@ def tile_1():
     return run
 
 
-@kernel("Tile", since=(6, 13))
+@kernel("Tile", since=(6, 13), views=True)
 def tile_6():
     return lambda x, repeats: tile(x, int_list(repeats, "repeats"))
 
@@ -259,7 +254,7 @@ def _constant_value(value, dtype: np.dtype):
     return value.reshape(())
 
 
-@kernel("Pad", since=1)
+@kernel("Pad", since=1, views=True)
 def pad_1(*, paddings, mode="constant", value=0.0):
     # `paddings` is laid out like Pad-2's `pads`, [x1_begin, x2_begin, ..., x1_end, x2_end, ...], as the
     # attribute's text says (onnx PR #268); the doc example [0, 0, 2, 0] predates that layout.
@@ -268,12 +263,12 @@ def pad_1(*, paddings, mode="constant", value=0.0):
     return lambda data: pad(data, paddings, mode, value)
 
 
-@kernel("Pad", since=2)
+@kernel("Pad", since=2, views=True)
 def pad_2(*, pads, mode="constant", value=0.0):
     return pad_1(paddings=pads, mode=mode, value=value)
 
 
-@kernel("Pad", since=(11, 13))
+@kernel("Pad", since=(11, 13), views=True)
 def pad_11(*, mode="constant"):
     _check_mode(mode, ("constant", "reflect", "edge"))
 
@@ -282,14 +277,10 @@ def pad_11(*, mode="constant"):
     return run
 
 
-@kernel("Pad", since=18)
-def pad_18(*, mode="constant"):
-    return _pad_axes(mode, ("constant", "reflect", "edge"))
-
-
-@kernel("Pad", since=(19, 21, 23, 24, 25))
-def pad_19(*, mode="constant"):
-    return _pad_axes(mode, ("constant", "reflect", "edge", "wrap"))
+@kernel("Pad", since=(18, 19, 21, 23, 24, 25), views=True)
+def pad_18(*, mode="constant", _version):
+    modes = ("constant", "reflect", "edge") + (("wrap",) if _version >= 19 else ())
+    return _pad_axes(mode, modes)
 
 
 def _pad_axes(mode: str, modes: tuple):
@@ -332,7 +323,7 @@ def center_crop_pad(x: np.ndarray, shape: list[int], axes) -> np.ndarray:
     return out
 
 
-@kernel("CenterCropPad", since=18)
+@kernel("CenterCropPad", since=18, views=True)
 def center_crop_pad_18(*, axes=None):
     axes = None if axes is None else list(axes)
     return lambda x, shape: center_crop_pad(x, int_list(shape, "shape"), axes)

@@ -1,7 +1,7 @@
 """Depthwise 2-D convolution of narrow images as products with banded (Toeplitz) matrices.
 
 With one output channel per input channel there is no channel sum for BLAS, and the per-tap layouts
-of conv._depthwise make ~2 numpy passes over the image per tap. Here each kernel row di is one stacked
+of depthwise.py make ~2 numpy passes over the image per tap. Here each kernel row di is one stacked
 product per channel: the padded rows that kernel row reads, (out_h, Wp) with a stride of sh rows,
 times a (Wp, out_w) matrix holding that row's taps on its bands, T[di, c][j*sw + dj*dw, j] =
 W[c, 0, di, dj]; the kh products are summed. It does Wp/kw times the multiply-adds of the direct
@@ -11,42 +11,35 @@ shape): where that is channels-last, 512x14x14 0.39 -> 0.29 ms, 136x28x28 0.41 -
 0.71 -> 0.62; with few channels, 32x28x28 0.22 -> 0.09, 32x56x56 /2 0.26 -> 0.17, 64x56x56 /2 0.35
 -> 0.32; but where it is the einsum over the windows, 544x7x7 0.10 -> 0.15, 272x14x14 /2 0.09 ->
 0.11 (1024x7x7 0.29 -> 0.25, 136x28x28 /2 0.17 -> 0.15); and wide outputs lose: 128x56x56 0.72 ->
-1.67, so at most MAX_WIDTH output columns. Since the einsum keeps its tiled weights per constant W
-it is the faster one at stride 1 until those weights grow large (conv._DW_EINSUM_MAX_WEIGHT_BYTES),
-and banded stays for strided layers with few channels and stride-1 layers with many (768x14x14 and
+1.67, so at most thresholds.BANDED_MAX_WIDTH output columns. Since the einsum's tiled weights are
+made once per constant W it is the faster one at stride 1 until those weights grow large
+(thresholds.DW_EINSUM_MAX_WEIGHT_BYTES), and banded stays for strided layers with few channels and stride-1 layers with many (768x14x14 and
 up). The matrices take Wp/kw times W's memory per kernel row. A zero of T times an infinity is NaN,
-so X and W must be finite.
+so X and W must be finite (the caller checks: run.py).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ._common import cached_transform, finite, read_extent, read_region
-
-MAX_WIDTH = 28
-FEW_CHANNELS = 64        # conv._depthwise: strided layers with at most this many channels, not its einsum
+from .._common import read_extent, read_region
 
 
-def fits(x: np.ndarray, kernel, mult: int, out) -> bool:
-    """Whether a depthwise Conv (one input channel per group) of x with `mult` outputs per channel
-    suits the banded products by shape and type (finite() and weights() then say by the values)."""
-    return len(kernel) == 2 and mult == 1 and out[1] <= MAX_WIDTH and x.dtype in (np.float32, np.float64)
+def applies(dtype, kernel, mult: int) -> bool:
+    """Whether the banded products can compute a depthwise Conv (one input channel per group) with
+    `mult` outputs per channel, in compute type `dtype`."""
+    return len(kernel) == 2 and mult == 1 and dtype in (np.float32, np.float64)
 
 
-def weights(w: np.ndarray, dtype, width: int, out_w: int, stride: int, dil: int) -> np.ndarray | None:
-    """The banded matrices (kh, C, width, out_w) of W (C, 1, kh, kw) in `dtype`, for padded rows of
-    `width` columns (_common.read_extent); cached while a read-only W lives; None when W is not all finite."""
-    def make():
-        if not finite(w):
-            return None
-        c, _, kh, kw = w.shape
-        t = np.zeros((kh, c, width, out_w), dtype=dtype)
-        j = np.arange(out_w)
-        taps = w[:, 0].transpose(1, 0, 2).astype(dtype)          # (kh, C, kw)
-        for dj in range(kw):
-            t[:, :, j * stride + dj * dil, j] = taps[:, :, dj, None]
-        return t
-    return cached_transform(w, ("banded", np.dtype(dtype), width, out_w, stride, dil), make)
+def weights(w: np.ndarray, dtype, width: int, out_w: int, stride: int, dil: int) -> np.ndarray:
+    """The banded matrices (kh, C, width, out_w) of a finite W (C, 1, kh, kw) in `dtype`, for padded
+    rows of `width` columns (_common.read_extent)."""
+    c, _, kh, kw = w.shape
+    t = np.zeros((kh, c, width, out_w), dtype=dtype)
+    j = np.arange(out_w)
+    taps = w[:, 0].transpose(1, 0, 2).astype(dtype)          # (kh, C, kw)
+    for dj in range(kw):
+        t[:, :, j * stride + dj * dil, j] = taps[:, :, dj, None]
+    return t
 
 
 def conv(x: np.ndarray, t: np.ndarray, kernel, strides, dil, begin, out) -> np.ndarray:

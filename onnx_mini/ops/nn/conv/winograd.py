@@ -11,46 +11,38 @@ matrix products (M, C) x (C, tiles): 16 * M * C * tiles = 4 M C pixels multiply-
 9 M C pixels. The transforms are additions of strided views (B' on the rows of the whole padded
 image, then on the columns straight into the 16 product operands; A' likewise into the output), so
 for a layer with C, M >= 256 they cost far less than the products they save. Measured here (batch 1,
-against im2col; 2 threads): 256->256 at 56x56 20.9 -> 16.3 ms, 512->512 at 28x28 19.7 -> 13.9,
+against im2col; 2 threads; thresholds.WINOGRAD_*): 256->256 at 56x56 20.9 -> 16.3 ms, 512->512 at 28x28 19.7 -> 13.9,
 512->512 at 14x14 5.9 -> 4.7, 256->256 at 14x14 1.7 -> 1.5; narrower or smaller layers lose (64->64
 at 56x56 1.7 -> 2.3 ms, 512->512 at 7x7 2.0 -> 2.3). The transformed weights G g G' (16, M, C) are
-computed in float64 and kept per weight array while it lives (read-only arrays only: a plan's
-constants): 16/9 of those weights' size stays resident between runs (VGG-19: ~100 MB). Rounding: the transforms add up to 4 terms with factors 1 and 1/2 (exact on small
+computed in float64, once per constant W (run.Convolution keeps them with the model, made on the
+first run that takes Winograd): 16/9 of those weights' size stays resident between runs (VGG-19:
+~100 MB). Rounding: the transforms add up to 4 terms with factors 1 and 1/2 (exact on small
 integers); results differ from im2col's by a few float32 ulps of the layer's magnitude.
+A zero times an infinity is NaN and the transforms mix values of both signs, so X and W must be
+finite (the caller checks: run.py).
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from ... import blas
-from ._common import cached_transform, finite
+from .... import blas
 
-MIN_CHANNELS = 256          # C and M at least this
-MIN_PIXELS = 196            # output pixels at least this (14x14)
 _G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
 
 
-def fits(x: np.ndarray, m: int, kernel, strides, dil, group: int, out) -> bool:
-    """Whether Conv of x (N, C, H, W) with M outputs suits Winograd here (by shape and type; finite()
-    and weights() then say whether the values do)."""
+def applies(dtype, group: int, kernel, strides, dil) -> bool:
+    """Whether Winograd F(2x2, 3x3) can compute this Conv (compute type float32/float64)."""
     return (len(kernel) == 2 and kernel[0] == 3 and kernel[1] == 3 and group == 1
             and all(s == 1 for s in strides) and all(d == 1 for d in dil)
-            and x.shape[1] >= MIN_CHANNELS and m >= MIN_CHANNELS and math.prod(out) >= MIN_PIXELS
-            and x.dtype in (np.float32, np.float64))
+            and dtype in (np.float32, np.float64))
 
 
-def weights(w: np.ndarray, dtype) -> np.ndarray | None:
-    """G g G' for W (M, C, 3, 3) -> (16, M, C) in `dtype` (the compute type: float32 for a float16
-    W), cached while a read-only W lives; None when W is not all finite (see finite())."""
-    def make():
-        w64 = w.astype(np.float64)
-        if not finite(w64):
-            return None
-        u = np.einsum("ka,mcab,lb->klmc", _G, w64, _G, optimize=True)
-        return np.ascontiguousarray(u.reshape(16, *w.shape[:2]), dtype=dtype)
-    return cached_transform(w, ("winograd", np.dtype(dtype)), make)
+def weights(w: np.ndarray, dtype) -> np.ndarray:
+    """G g G' for a finite W (M, C, 3, 3) -> (16, M, C) in `dtype` (the compute type: float32 for a
+    float16 W), computed in float64."""
+    w64 = w.astype(np.float64)
+    u = np.einsum("ka,mcab,lb->klmc", _G, w64, _G, optimize=True)
+    return np.ascontiguousarray(u.reshape(16, *w.shape[:2]), dtype=dtype)
 
 
 def conv(x: np.ndarray, u: np.ndarray, begin, out) -> np.ndarray:

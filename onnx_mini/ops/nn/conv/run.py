@@ -1,0 +1,205 @@
+"""Convolution: one Conv's computation. The spec's checks (spec.py) run once per input shape, the
+algorithm is chosen once per shape (select.py), and the transforms of a constant W (and B) are made
+once and kept here, with the model (never in a process-wide cache):
+- the pointwise bias column (pointwise.bias_column): when the Convolution is made;
+- Winograd's G g G': on the first run that takes Winograd (it depends on the shape of X whether
+  any will: a 7x7 layer never does, and keeping it would cost 16/9 of W);
+- the banded matrices and the depthwise einsum's tiled weights: once per input shape (they depend
+  on its output width).
+A W fed at run time is transformed on every call, as are a constant W's transforms when another W
+comes instead (identity decides: a constant arrives as that same array). W's finiteness (for the
+transforms that need it) is checked once for a constant W, per call otherwise; X's on every call.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._common import finite, per_image, read_extent
+from ..._common import UPCAST
+from . import banded, checks, depthwise, im2col, pointwise, shifted, thresholds, winograd
+from .select import EMPTY, NEEDS_FINITE, check_name, select
+
+
+class Convolution:
+    """A Conv node's convolution, called as convolution(x, w, b=None, *, epilogue=None, shuffle=False).
+
+    constants: {input index: array} known at prepare time (1: W, 2: B); algorithm: a name of
+    select.ALGORITHMS to take where it applies (ValueError for another name); shuffle: the calls
+    will ask for shuffle (B is then in shuffle order: the bias column is prepared for it). `algorithms` maps each
+    X shape seen to the algorithm that last ran on it."""
+
+    def __init__(self, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None,
+                 constants=None, algorithm=None, shuffle=False):
+        self.attrs = (checks.check_attributes(auto_pad, group), dilations, group, kernel_shape, pads, strides)
+        self.group = group
+        self.forced = check_name(algorithm)
+        constants = constants or {}
+        self.w, self.b = constants.get(1), constants.get(2)
+        self.w_finite = self.w is None or not _transformable(self.w, group) or _weights_finite(self.w, group)
+        self.kept = {}                  # transforms of the constant W (and B) that no shape changes
+        self.layouts = {}               # (X, W, B shapes, X type, shuffle) -> _Layout
+        self.algorithms = {}
+        w, b = self.w, self.b
+        if (w is not None and b is not None and w.ndim >= 3 and w.dtype not in UPCAST and b.shape == w.shape[:1]
+                and w.shape[0] % group == 0 and all(k == 1 for k in w.shape[2:])
+                and all(s == 1 for s in strides or ()) and not any(pads or ())
+                and pointwise.sums_bias(w.shape[1] * group, w.shape[0], group)):
+            self.kept["bias column", shuffle] = pointwise.bias_column(w, b, group, shuffle)
+
+    def __call__(self, x, w, b=None, *, epilogue=None, shuffle=False):
+        """Y = Conv(X, W, B), the output's float32/float64 images finished by epilogue(y_part, i0, i1)
+        in place (images i0..i1-1, while they are still in the caches: ops/fused.py's residual add and
+        activation) after the bias. shuffle: a pointwise Conv writes its output channels in
+        channel-shuffle order, group a's j-th channel to channel j*group + a (optimize/
+        channel_shuffle.py), b given in that order; ValueError for a Conv that is not pointwise."""
+        key = (x.shape, x.dtype, w.shape, None if b is None else b.shape, shuffle)
+        layout = self.layouts.get(key)
+        if layout is None:
+            layout = self._plan(key, x, w, b, shuffle)
+        kernel, strides, dil, begin, end, out = layout.geometry
+        name = layout.name
+        n, c = x.shape[:2]
+        m, cg = w.shape[:2]
+        group = self.group
+        r = x.ndim - 2
+        constant = w is self.w
+        dtype = x.dtype
+        given_w = w
+        if dtype in UPCAST:
+            x, w = x.astype(np.float32), w.astype(np.float32)
+            b = None if b is None else b.astype(np.float32)
+        if name in NEEDS_FINITE and not (finite(x) and (self.w_finite if constant
+                                                        else _weights_finite(given_w, group))):
+            name = layout.fallback
+        self.algorithms[key[0]] = name
+        bias = None if b is None else b.reshape((1, m) + (1,) * r)
+
+        if name == "pointwise":
+            wg = w.reshape(group, m // group, cg)
+            if b is not None and w is given_w and pointwise.sums_bias(c, m, group):
+                wg, x = self._bias_column(w, b, shuffle, constant), pointwise.with_ones_row(x, group)
+                bias = None                                 # summed by the product
+        elif name == "depthwise-banded":
+            def make():
+                return banded.weights(given_w, x.dtype, read_extent(out[1], strides[1], kernel[1], dil[1]), out[1],
+                                      strides[1], dil[1])
+            y = banded.conv(x, layout.keep(constant, "banded", make), kernel, strides, dil, begin, out)
+            if b is not None:
+                y += b.reshape(m, 1, 1)
+            bias = None
+        elif name in depthwise.LAYOUTS:
+            y = depthwise.conv(x, w, b, group, kernel, strides, dil, begin, out, name, layout.memo,
+                               lambda k, make: layout.keep(constant, k, make))
+            bias = None                                             # added by the layout
+
+        def finish(y_part, i0, i1):      # bias, then the caller's epilogue, on a run of images
+            if bias is not None:
+                y_part += bias
+            if epilogue is not None:
+                epilogue(y_part, i0, i1)
+
+        if name == EMPTY:                # nothing to sum: the output is the bias alone
+            y = np.zeros((n, m, *out), dtype=x.dtype)
+        elif name == "pointwise":
+            if n == 1:                   # one image: finished directly (a small Conv's fixed cost counts)
+                y = pointwise.conv(x, wg, out, shuffle)
+                finish(y, 0, 1)
+                return y.astype(dtype, copy=False)
+            return _per_image(pointwise.conv, x, m, out, finish, wg, out, shuffle).astype(dtype, copy=False)
+        elif name == "winograd":
+            u = self._winograd(given_w, x.dtype) if constant else winograd.weights(given_w, x.dtype)
+            return _per_image(winograd.conv, x, m, out, finish, u, begin, out).astype(dtype, copy=False)
+        elif name == "shifted":
+            return _per_image(shifted.conv, x, m, out, finish, w, kernel, dil, begin, end,
+                              out).astype(dtype, copy=False)
+        elif name == "im2col":
+            return _per_image(im2col.conv, x, m, out, finish, w, group, kernel, strides, dil, begin, end,
+                              out).astype(dtype, copy=False)
+        finish(y, 0, n)
+        return y.astype(dtype, copy=False)
+
+    def _plan(self, key, x, w, b, shuffle):
+        """The checked geometry of one input shape and its algorithm (the checks and geometry cost ~4 us
+        a call, a third of a small pointwise Conv's overhead; a depthwise layout's plan ~8 us)."""
+        geometry = checks.shape_geometry(x, w, b, *self.attrs)
+        kernel, strides, dil, begin, end, out = geometry
+
+        def choose(finite_values):
+            return select(x.shape, w.shape, x.dtype, group=self.group, kernel=kernel, strides=strides,
+                          dilations=dil, begin=begin, end=end, out=out, finite=finite_values, forced=self.forced,
+                          shuffle=shuffle)
+        name = choose(self.w_finite if w is self.w else True)
+        layout = _Layout(geometry, name, choose(False) if name in NEEDS_FINITE else name)
+        if len(self.layouts) >= thresholds.LAYOUTS:
+            self.layouts.clear()
+            self.algorithms.clear()
+        self.layouts[key] = layout
+        return layout
+
+    def _bias_column(self, w, b, shuffle, constant):
+        if not (constant and b is self.b):
+            return pointwise.bias_column(w, b, self.group, shuffle)
+        wb = self.kept.get(("bias column", shuffle))
+        if wb is None:
+            wb = self.kept["bias column", shuffle] = pointwise.bias_column(w, b, self.group, shuffle)
+        return wb
+
+    def _winograd(self, w, dtype):
+        u = self.kept.get(("winograd", dtype))
+        if u is None:
+            u = self.kept["winograd", dtype] = winograd.weights(w, dtype)
+        return u
+
+
+class _Layout:
+    """One input shape's geometry, algorithm (and the one taken when X or W turn out not finite), and
+    the algorithm's own per-shape state (memo), which holds the constant W's per-shape transforms."""
+    __slots__ = ("geometry", "name", "fallback", "memo")
+
+    def __init__(self, geometry, name, fallback):
+        self.geometry, self.name, self.fallback, self.memo = geometry, name, fallback, {}
+
+    def keep(self, constant: bool, key, make):
+        """make(), kept in memo under key when it transforms the Conv's constant W."""
+        if not constant:
+            return make()
+        value = self.memo.get(key)
+        if value is None:
+            value = self.memo[key] = make()
+        return value
+
+
+def _transformable(w, group) -> bool:
+    """Whether W's shape lets it reach an algorithm that needs finite values (select.NEEDS_FINITE)."""
+    return w.ndim == 4 and ((group == 1 and w.shape[2:] == (3, 3)) or (group > 1 and w.shape[1] == 1))
+
+
+def _weights_finite(w, group) -> bool:
+    """W's finiteness as the transform that may take it checks: in float64 for Winograd (one group),
+    in W's type for the banded depthwise matrices (an overflowing sum says no: only the faster path
+    is lost)."""
+    return finite(w.astype(np.float64)) if group == 1 else finite(w)
+
+
+def _per_image(formulation, x, m, out, finish, *args):
+    """formulation(x[i:i+1], *args) image by image (per_image), each finished (finish(y_i, i, i+1):
+    bias, fused epilogue) while it is in the caches."""
+    n = x.shape[0]
+    if n == 1:
+        y = formulation(x, *args)
+        finish(y, 0, 1)
+        return y
+
+    def compute(i, y_i):
+        y_i[...] = formulation(x[i:i + 1], *args)
+        finish(y_i, i, i + 1)
+    return per_image(compute, (n, m, *out), x.dtype)
+
+
+def convolve(x, w, b=None, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None,
+             *, epilogue=None, shuffle=False):
+    """Conv(X, W, B) once, for kernels that convolve as one step of their own (ConvInteger,
+    QLinearConv, com.microsoft FusedConv / NhwcConv): no constants, the normal choice of algorithm.
+    epilogue, shuffle: as Convolution.__call__."""
+    return Convolution(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
+                       strides=strides)(x, w, b, epilogue=epilogue, shuffle=shuffle)

@@ -1,0 +1,98 @@
+"""Which algorithm computes a Conv: a pure function of the shapes, the compute type and what is known
+of the weights, with the tuned thresholds of thresholds.py.
+
+Algorithms (the names `prepare(model, conv_algorithm=...)` takes):
+- "pointwise": 1x1 kernel, stride 1, no padding: one matmul per group (pointwise.py);
+- "im2col": windows copied once into columns, one matmul per group; computes every Conv (im2col.py);
+- "shifted": stride 1, one group: one matmul per tap on runs of the flat padded input (shifted.py);
+- "winograd": F(2x2, 3x3), 2-D 3x3, stride and dilation 1, one group, float32/float64 compute type,
+  finite X and W (winograd.py);
+- "depthwise-flat", "depthwise-channels-last": one input channel per group (depthwise.py);
+- "depthwise-einsum": the same with one output channel per input channel;
+- "depthwise-banded": the same, 2-D, float32/float64 compute type, finite X and W (banded.py).
+"empty" is not an algorithm: no product to sum (no image, no output or no input channel), Y is B.
+
+A forced algorithm is taken wherever it can compute the Conv (its thresholds ignored); where it
+cannot (a shape or type it does not handle, non-finite values for winograd and depthwise-banded,
+anything but pointwise for a channel-shuffled output) the normal choice is made instead.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..._common import UPCAST
+from . import banded, thresholds, winograd
+
+ALGORITHMS = ("pointwise", "im2col", "shifted", "winograd", "depthwise-flat", "depthwise-channels-last",
+              "depthwise-einsum", "depthwise-banded")
+EMPTY = "empty"
+NEEDS_FINITE = frozenset({"winograd", "depthwise-banded"})   # their transforms turn an infinity into NaN
+
+
+def check_name(name) -> str | None:
+    """name (None: no choice forced) or ValueError naming the algorithms."""
+    if name is not None and name not in ALGORITHMS:
+        raise ValueError(f"unknown conv_algorithm {name!r}: expected one of {', '.join(ALGORITHMS)}")
+    return name
+
+
+def select(x_shape, w_shape, dtype, *, group: int, kernel, strides, dilations, begin, end, out,
+           finite: bool = True, forced: str | None = None, shuffle: bool = False) -> str:
+    """The algorithm for X of `x_shape` and type `dtype` (float16/bfloat16 compute in float32), W of
+    `w_shape`, and the checked geometry (kernel, strides, dilations, pads begin/end, output sizes).
+    finite: whether X and W may go to the algorithms that need finite values (False when a value is
+    known not to be); forced: an algorithm to take where it applies; shuffle: the output is written
+    in channel-shuffle order (ops/fused.py), which only pointwise does (ValueError otherwise)."""
+    n, c = x_shape[:2]
+    m, cg = w_shape[:2]
+    if n == 0 or m == 0 or cg == 0:
+        return EMPTY
+    dtype = np.dtype(np.float32) if np.dtype(dtype) in UPCAST else np.dtype(dtype)
+    pointwise = (all(k == 1 for k in kernel) and all(s == 1 for s in strides) and not any(begin)
+                 and not any(end))
+    depthwise = cg == 1 and group > 1
+    mult = m // group
+    stride_1 = all(s == 1 for s in strides)
+
+    def applies(name: str) -> bool:
+        if shuffle:
+            return name == "pointwise" and pointwise
+        return {"pointwise": pointwise,
+                "im2col": True,
+                "shifted": stride_1 and group == 1,
+                "winograd": finite and winograd.applies(dtype, group, kernel, strides, dilations),
+                "depthwise-flat": depthwise,
+                "depthwise-channels-last": depthwise,
+                "depthwise-einsum": depthwise and mult == 1,
+                "depthwise-banded": depthwise and finite and banded.applies(dtype, kernel, mult)}[name]
+
+    if forced is not None and applies(forced):
+        return forced
+    if pointwise:
+        return "pointwise"
+    if shuffle:
+        raise ValueError("a channel shuffle is folded only into pointwise Conv")
+    pixels = math.prod(out)
+    if depthwise:
+        if pixels > thresholds.DW_LAST_MAX_PIXELS:
+            layout = "depthwise-flat"
+        else:
+            layout = "depthwise-einsum" if mult == 1 else "depthwise-channels-last"
+        banded_first = True
+        if layout == "depthwise-einsum":        # against the einsum, banded wins where measured so
+            tile = out[-1] if strides[-1] == 1 else 1
+            banded_first = (group <= thresholds.BANDED_FEW_CHANNELS if max(strides) > 1 else
+                            math.prod(kernel) * tile * group * dtype.itemsize > thresholds.DW_EINSUM_MAX_WEIGHT_BYTES)
+        if banded_first and applies("depthwise-banded") and out[1] <= thresholds.BANDED_MAX_WIDTH:
+            return "depthwise-banded"
+        return layout
+    if (applies("winograd") and c >= thresholds.WINOGRAD_MIN_CHANNELS and m >= thresholds.WINOGRAD_MIN_CHANNELS
+            and pixels >= thresholds.WINOGRAD_MIN_PIXELS):
+        return "winograd"
+    if stride_1 and group == 1 and (
+            (m < c and pixels >= thresholds.SHIFT_MIN_PIXELS)
+            or (m == c and c * math.prod(kernel) * pixels * dtype.itemsize >= thresholds.SHIFT_SAME_MIN_COLUMN_BYTES)):
+        return "shifted"
+    return "im2col"

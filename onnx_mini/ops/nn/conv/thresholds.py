@@ -1,0 +1,32 @@
+"""Conv's tuned thresholds: one table, each value with one line of what was measured to set it (the
+measurements themselves: benchmarks/README.md, "Conv algorithm thresholds: measurements").
+
+Read as `thresholds.NAME` at call time, so a test may shrink a block size to exercise blocking code.
+A forced algorithm (prepare(model, conv_algorithm=...)) ignores the speed thresholds of the
+selection (select.py), never the shape limits of the algorithm itself.
+"""
+from .... import blas as _blas
+
+# -- selection (select.py) -------------------------------------------------------------------------
+SHIFT_MIN_PIXELS = 700                   # fewer outputs than inputs: shifted beat im2col from ~28x28 on
+SHIFT_SAME_MIN_COLUMN_BYTES = 12 << 20   # as many outputs as inputs: shifted once im2col's columns leave the caches
+WINOGRAD_MIN_CHANNELS = 256              # Winograd F(2x2, 3x3) beat im2col at C, M >= 256, lost at 64
+WINOGRAD_MIN_PIXELS = 196                # ... and from 14x14 outputs on (512->512 at 7x7 lost)
+DW_LAST_MAX_PIXELS = 1024                # depthwise: channels-last layouts up to this many output pixels, flat above
+DW_EINSUM_MAX_WEIGHT_BYTES = 300 << 10   # stride 1: banded beat the einsum once its tiled weights pass this
+BANDED_MAX_WIDTH = 28                    # banded lost on wider outputs (128x56x56: 0.72 -> 1.67 ms)
+BANDED_FEW_CHANNELS = 64                 # strided depthwise: banded beat the einsum up to this many channels
+BIAS_COLUMN_MIN_EXPANSION = 2            # pointwise: bias in the product from M >= 2 (C + G) (ResNet-50 -2%)
+
+# -- inside the algorithms -------------------------------------------------------------------------
+STACKED_MAX_MACS = _blas.MIN_PART_MACS   # smaller groups: one stacked matmul (ResNeXt-like 331 -> 278 us)
+DW_BLOCK_BYTES = 8 << 20                 # depthwise scratch per block (1-8 MB alike; bounds memory)
+DW_MIN_PART_MACS = 700_000               # a thread per part of this many MACs (64x112x112 /2 splits)
+TRANSPOSE_MIN_PIXELS = 576               # blocked transposes / column phases from 24x24 on (20x20 lost)
+TRANSPOSE_BLOCK_PIXELS = 196             # back to NCHW in blocks of this many pixels (136x28x28 66 -> 38 us)
+TRANSPOSE_CHANNELS = 64                  # to channels-last this many channels at a time (112x56x56 174 -> 130 us)
+CACHE_SET_BYTES = 512                    # a channels-last row spanning a multiple of this thrashes the cache sets
+CACHE_GAP = 16                           # ... so it gets this gap (512x14x14: the copy back 227 -> 53 us)
+
+# -- bookkeeping (not a speed measurement) -----------------------------------------------------------
+LAYOUTS = 16                             # input shapes one Conv keeps the checked geometry and plans of
