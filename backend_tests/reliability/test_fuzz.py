@@ -114,7 +114,7 @@ def _built_models() -> dict[str, onnx.ModelProto]:
 def corpus() -> dict[str, tuple[onnx.ModelProto, bool]]:
     """name -> (model, runnable): the light models are only loaded and prepared (running them is slow)."""
     models = {name: (m, True) for name, m in _built_models().items()}
-    models["sales_report"] = (onnx.load(str(ROOT / "examples" / "sales_report.onnx")), True)
+    models["sales_report"] = (_example("demo"), True)      # examples/demo.py's model (its file is made by demo)
     for name in ("sequence_model", "ml_pipeline"):
         models[name] = (_example(name), True)
     for name in ("light_squeezenet", "light_inception_v1"):
