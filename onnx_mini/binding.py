@@ -35,12 +35,10 @@ def bind(node: Node, spec: KernelSpec, opset: int | None, *, attrs: dict[str, An
     if problem:
         raise fail(problem)
     kwargs = dict(node.attrs if attrs is None else attrs)
-    injected = {"_n_inputs": lambda: len(node.inputs), "_n_outputs": lambda: len(node.outputs),
-                "_graph": lambda: graph, "_opsets": lambda: opsets or {}, "_plan": lambda: plan,
-                "_version": lambda: spec.since, "_constants": lambda: dict(constants or {}),
-                "_options": lambda: dict(options or {})}
-    for name in spec.injected:
-        kwargs[name] = injected[name]()
+    facts = {"_n_inputs": len(node.inputs), "_n_outputs": len(node.outputs), "_graph": graph,
+             "_opsets": opsets or {}, "_plan": plan, "_version": spec.since, "_constants": constants or {},
+             "_options": dict(options or {})}
+    kwargs.update((name, facts[name]) for name in spec.injected)
     try:
         return spec.factory(**kwargs)
     except NodeError:

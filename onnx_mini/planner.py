@@ -88,9 +88,7 @@ def build_plan(graph: Graph, opsets: dict[str, int], functions: dict[tuple[str, 
         ins = tuple(slot(x) for x in (*node.inputs, *node.captures))
         fixed = {i: template[s] for i, s in enumerate(ins[:len(node.inputs)]) if s != NONE_SLOT and s in constant}
         fn = bind(node, spec, opset, attrs=_subplans(node, node_opsets, functions, ctx, depth), opsets=node_opsets,
-                  graph=written, constants=fixed, options=ctx.options,
-                  plan=lambda g, o=node_opsets: SubPlan(ctx.plan_body(ctx, g, dict(o), {}, (), depth + 1), g.name, (), (),
-                                                        ctx.execute))
+                  graph=written, constants=fixed, options=ctx.options, plan=_body_planner(ctx, node_opsets, depth))
         outs = tuple(slot(x) if x else DISCARD_SLOT for x in node.outputs)
         out = outs if spec.multi_output else (outs[0] if outs else DISCARD_SLOT)
         if ctx.optimize and spec.foldable and _foldable(node, ins, constant):
@@ -117,6 +115,14 @@ def build_plan(graph: Graph, opsets: dict[str, int], functions: dict[tuple[str, 
     steps = _with_frees(steps, keep=set(output_slots) | constant)
     return Plan(steps, infos, template, inputs, [v.name for v in graph.outputs], output_slots, names,
                 [v.type for v in graph.outputs], graph)
+
+
+def _body_planner(ctx: PlanContext, opsets: dict[str, int], depth: int) -> Callable[[Graph], SubPlan]:
+    """Graph -> SubPlan through the whole pipeline, for a kernel about its own graph (Gradient's
+    forward graph): the graph reads nothing from outer scopes."""
+    def plan(g: Graph) -> SubPlan:
+        return SubPlan(ctx.plan_body(ctx, g, dict(opsets), {}, (), depth + 1), g.name, (), (), ctx.execute)
+    return plan
 
 
 def _foldable(node: Node, ins: tuple[int, ...], constant: set[int]) -> bool:

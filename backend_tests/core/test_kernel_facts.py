@@ -246,3 +246,37 @@ def test_dropout_mask_type(version, mask_type):
     y, mask = run_node("Dropout", version, [x], n_outputs=2)
     np.testing.assert_array_equal(y, x)
     assert mask.dtype == mask_type and mask.all()
+
+
+# -- rank: what the optimiser may assume of an output's rank (optimize/_context.Context.rank) --------
+
+RANK_FIRST = {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "HardSigmoid", "HardSwish", "Elu", "Selu", "Dropout",
+              "Identity", "Cast", "BatchNormalization", "InstanceNormalization", "LRN", "MaxPool", "AveragePool",
+              "LpPool", "GlobalAveragePool", "GlobalMaxPool", "Concat", "Softmax", "LayerNormalization", "Swish",
+              "Gelu", "Neg", "Exp", "Sqrt", "Abs", "Erf", "PRelu"}
+RANK_BROADCAST = {"Add", "Sub", "Mul", "Div", "Sum", "Max", "Min"}
+
+
+def test_rank_facts_of_the_default_domain():
+    """Every version of each listed op declares its rule; no other default-domain op declares one."""
+    declared = {(op, v): spec.rank for (d, op, v), spec in SPECS.items() if d == ""}
+    for (op, v), rank in declared.items():
+        want = "first" if op in RANK_FIRST else "broadcast" if op in RANK_BROADCAST else None
+        assert rank == want, (op, v, rank)
+    assert {op for op, _ in declared} >= RANK_FIRST | RANK_BROADCAST
+
+
+def test_rank_fact_drives_the_optimiser():
+    """Context.rank follows a rank-keeping chain (Relu, Add) from a declared input, and stops at an op
+    without the fact (Mean: its output rank is not assumed)."""
+    from onnx import helper
+
+    from onnx_mini.loader import load
+    from onnx_mini.optimize._context import Context
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "x"], ["a"]),
+             helper.make_node("Mean", ["a"], ["m"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [2, 3, 4])],
+                          [helper.make_tensor_value_info("m", T.FLOAT, None)])
+    m = load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], ir_version=10))
+    ctx = Context(m.graph, m.opsets)
+    assert (ctx.rank("r"), ctx.rank("a"), ctx.rank("m")) == (3, 3, None)

@@ -11,6 +11,7 @@
 - float results stored in any type without undefined casts: float_to
 - element-type attributes checked against the schema's type constraint: allowed_dtypes, dtype_attribute
 - the size limit on tensors whose shape comes from data (dtypes.set_limits): check_shape
+- a weight transform made once from a factory's _constants (onnxruntime's PrePack): prepack
 """
 from __future__ import annotations
 
@@ -213,3 +214,26 @@ def broadcasts_to(shape: tuple, target: tuple) -> bool:
     except ValueError:
         return False
 
+
+def prepack(fn, constants, indices, required=1):
+    """fn over the node's inputs at `indices`, made once at prepare (onnxruntime's PrePack) when the first
+    `required` of them are constants (the others: constants or omitted). Returns get(*those inputs at run
+    time): the prepared value while they are the arrays it was made from (a constant arrives as that same
+    array), else fn computed per call (inputs fed at run time). A transform failing at prepare is left to
+    fail at run time, where a fed input's error is raised, so both report alike."""
+    constants = constants or {}
+    if any(i not in constants for i in indices[:required]):
+        return fn
+    made = tuple(constants.get(i) for i in indices)
+    try:
+        value = fn(*made)
+    except Exception:
+        return fn
+    if isinstance(value, np.ndarray):
+        value.setflags(write=False)     # shared by every run
+
+    def get(*args):
+        if all(a is m for a, m in zip(args, made)):
+            return value
+        return fn(*args)
+    return get

@@ -220,19 +220,19 @@ def fused_matmul(*, activation="", activation_params=()):
     return _with(run, _finisher(activation, activation_params))
 
 
-@kernel("Swish", since=1, domain=FUSED_DOMAIN, multi_output=False)
+@kernel("Swish", since=1, domain=FUSED_DOMAIN, multi_output=False, rank="first")
 def fused_silu():
     """x * Sigmoid(x) written as two nodes."""
     return swish_24(alpha=1.0)
 
 
-@kernel("Gelu", since=1, domain=FUSED_DOMAIN, multi_output=False)
+@kernel("Gelu", since=1, domain=FUSED_DOMAIN, multi_output=False, rank="first")
 def fused_gelu(*, approximate="none"):
     """Gelu written with Erf (approximate='none') or Tanh ('tanh') as elementary nodes."""
     return gelu_20(approximate=approximate)
 
 
-@kernel("LayerNormalization", since=1, domain=FUSED_DOMAIN, multi_output=False)
+@kernel("LayerNormalization", since=1, domain=FUSED_DOMAIN, multi_output=False, rank="first")
 def fused_layer_norm(*, axis=-1, epsilon=1e-5):
     """LayerNormalization written as ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div/Mul/Add (the stash type
     is the input's own when it is float64, float32 otherwise)."""

@@ -16,15 +16,6 @@ from ..graph import Graph, Node, ValueInfo, normalize_domain
 from ..ops.fused import FUSED_DOMAIN
 
 _names = itertools.count()
-# ops whose output has the rank of their first input (still a list: to become @kernel's `rank` fact)
-_RANK_KEEPING = frozenset({"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "HardSigmoid", "HardSwish", "Elu",
-                           "Selu", "Dropout", "Identity", "Cast", "BatchNormalization", "InstanceNormalization",
-                           "LRN", "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool",
-                           "Concat", "Softmax", "LayerNormalization", "Swish", "Gelu", "Neg", "Exp", "Sqrt",
-                           "Abs", "Erf", "PRelu"})
-_RANK_BROADCAST = frozenset({"Add", "Sub", "Mul", "Div", "Sum", "Max", "Min"})
-
-
 @functools.lru_cache(maxsize=None)
 def _since(domain: str, op_type: str, opset: int) -> int | None:
     try:
@@ -293,9 +284,12 @@ class Context:
             if isinstance(w, np.ndarray):
                 return w.ndim
             return self.rank(node.inputs[0], _depth + 1)
-        if op in _RANK_KEEPING:
+        opsets = {**(node.opsets or self.opsets), FUSED_DOMAIN: 1}
+        spec = resolved_kernel(node, opsets, self.functions)[0] if op else None
+        rule = None if spec is None else spec.rank          # the kernel's fact (@kernel(rank=...))
+        if rule == "first":
             return self.rank(node.inputs[0], _depth + 1)
-        if op in _RANK_BROADCAST:      # legacy broadcasting (opset < 7) also keeps the larger rank
+        if rule == "broadcast":      # legacy broadcasting (opset < 7) also keeps the larger rank
             ranks = [self.rank(x, _depth + 1) for x in node.inputs if x]
             return None if None in ranks or not ranks else max(ranks)
         return None

@@ -26,7 +26,7 @@ def _stash_dtype(stash_type: int) -> np.dtype:
     return _STASH[stash_type]
 
 
-@kernel("LayerNormalization", since=1, multi_output=True)
+@kernel("LayerNormalization", since=1, multi_output=True, rank="first")
 def layer_normalization_contrib_1(*, axis=-1, epsilon=1e-5, stash_type=1, _n_outputs=1):
     _stash_dtype(stash_type)
     return layer_normalization_17(axis=axis, epsilon=epsilon, stash_type=stash_type, _n_outputs=_n_outputs)

@@ -17,11 +17,10 @@ import numpy as np
 
 from ...errors import InvalidValueError
 from ...registry import kernel
-from .._common import as_array, normalize_axis
+from .._common import as_array, normalize_axis, prepack
 from ..nn.conv_quantized import qlinear_conv_10
 from ..nn.pool import _average_pool
 from ..quantization import layout, quantize_array
-from .quantized_matmul import prepack
 from .layer_norm import embed_layer_normalization_1
 
 MS = "com.microsoft"

@@ -24,7 +24,7 @@ import numpy as np
 
 from ...errors import InvalidValueError
 from ...registry import kernel
-from .._common import as_array, normalize_axis
+from .._common import as_array, normalize_axis, prepack
 from ..math.matmul import _centered, _exact_float, _per_col, matmul
 from ..quantization import dynamic_quantize_linear_11, quantize_array
 from ..rnn import lstm_14
@@ -35,30 +35,6 @@ _F32 = np.dtype(np.float32)
 _U8 = np.dtype(np.uint8)
 _FLOATS = frozenset(np.dtype(t) for t in (np.float32, np.float16, ml_dtypes.bfloat16))
 _INT8S = frozenset(np.dtype(t) for t in (np.int8, np.uint8))
-
-
-def prepack(fn, constants, indices, required=1):
-    """fn over the node's inputs at `indices`, made once at prepare (onnxruntime's PrePack) when the first
-    `required` of them are constants (the others: constants or omitted). Returns get(*those inputs at run
-    time): the prepared value while they are the arrays it was made from (a constant arrives as that same
-    array), else fn computed per call (inputs fed at run time). A transform failing at prepare is left to
-    fail at run time, where a fed input's error is raised, so both report alike."""
-    constants = constants or {}
-    if any(i not in constants for i in indices[:required]):
-        return fn
-    made = tuple(constants.get(i) for i in indices)
-    try:
-        value = fn(*made)
-    except Exception:
-        return fn
-    if isinstance(value, np.ndarray):
-        value.setflags(write=False)     # shared by every run
-
-    def get(*args):
-        if all(a is m for a, m in zip(args, made)):
-            return value
-        return fn(*args)
-    return get
 
 
 def unpack_bits(packed: np.ndarray, bits: int) -> np.ndarray:

@@ -94,22 +94,22 @@ def celu_12(*, alpha=1.0):
     return _exp_linear(alpha, divisor=alpha)
 
 
-@kernel("Elu", since=1)
+@kernel("Elu", since=1, rank="first")
 def elu_1(*, alpha=1.0, consumed_inputs=None):
     return _exp_linear(alpha)
 
 
-@kernel("Elu", since=(6, 22))
+@kernel("Elu", since=(6, 22), rank="first")
 def elu_6(*, alpha=1.0):
     return _exp_linear(alpha)
 
 
-@kernel("Selu", since=1)
+@kernel("Selu", since=1, rank="first")
 def selu_1(*, alpha=_f32(1.6732), gamma=_f32(1.0507), consumed_inputs=None):
     return _exp_linear(alpha, gamma)
 
 
-@kernel("Selu", since=(6, 22))
+@kernel("Selu", since=(6, 22), rank="first")
 def selu_6(*, alpha=_f32(1.67326319217681884765625), gamma=_f32(1.05070102214813232421875)):
     return _exp_linear(alpha, gamma)
 
@@ -143,7 +143,7 @@ def _gelu_tanh(x):
     return t
 
 
-@kernel("Gelu", since=20)
+@kernel("Gelu", since=20, rank="first")
 def gelu_20(*, approximate="none"):
     if approximate not in ("none", "tanh"):
         raise ValueError(f"Gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
@@ -165,17 +165,17 @@ def _hard_sigmoid(alpha: float, beta: float, times_x: bool = False):
     return float32_compute(run)
 
 
-@kernel("HardSigmoid", since=1)
+@kernel("HardSigmoid", since=1, rank="first")
 def hard_sigmoid_1(*, alpha=_f32(0.2), beta=0.5, consumed_inputs=None):
     return _hard_sigmoid(alpha, beta)
 
 
-@kernel("HardSigmoid", since=(6, 22))
+@kernel("HardSigmoid", since=(6, 22), rank="first")
 def hard_sigmoid_6(*, alpha=_f32(0.2), beta=0.5):
     return _hard_sigmoid(alpha, beta)
 
 
-@kernel("HardSwish", since=(14, 22))
+@kernel("HardSwish", since=(14, 22), rank="first")
 def hard_swish_14():
     return _hard_sigmoid(1.0 / 6.0, 0.5, times_x=True)
 
@@ -193,12 +193,12 @@ def _leaky_relu(alpha: float):
     return float32_compute(run)
 
 
-@kernel("LeakyRelu", since=1)
+@kernel("LeakyRelu", since=1, rank="first")
 def leaky_relu_1(*, alpha=_f32(0.01), consumed_inputs=None):
     return _leaky_relu(alpha)
 
 
-@kernel("LeakyRelu", since=(6, 16))
+@kernel("LeakyRelu", since=(6, 16), rank="first")
 def leaky_relu_6(*, alpha=_f32(0.01)):
     return _leaky_relu(alpha)
 
@@ -219,12 +219,12 @@ def _prelu_legacy(x, slope):
     return _prelu(x, _legacy_slope(x, slope))
 
 
-@kernel("PRelu", since=1)
+@kernel("PRelu", since=1, rank="first")
 def prelu_1(*, consumed_inputs=None):
     return _prelu_legacy
 
 
-@kernel("PRelu", since=6)
+@kernel("PRelu", since=6, rank="first")
 def prelu_6():
     return _prelu_legacy
 
@@ -235,7 +235,7 @@ def _prelu_7(x, slope):
     return _prelu(x, slope)
 
 
-@kernel("PRelu", since=(7, 9, 16))
+@kernel("PRelu", since=(7, 9, 16), rank="first")
 def prelu_7():
     return _prelu_7
 
@@ -247,12 +247,12 @@ def _relu(x):
 _relu_run = float32_compute(_relu)
 
 
-@kernel("Relu", since=1)
+@kernel("Relu", since=1, rank="first")
 def relu_1(*, consumed_inputs=None):
     return _relu_run
 
 
-@kernel("Relu", since=(6, 13, 14), in_place=lambda x, out: with_scalar(np.maximum, x, 0, out=out))
+@kernel("Relu", since=(6, 13, 14), in_place=lambda x, out: with_scalar(np.maximum, x, 0, out=out), rank="first")
 def relu_6():
     return _relu_run
 
@@ -297,12 +297,12 @@ def mish_18():
 _sigmoid_run = float32_compute(_sigmoid)
 
 
-@kernel("Sigmoid", since=1)
+@kernel("Sigmoid", since=1, rank="first")
 def sigmoid_1(*, consumed_inputs=None):
     return _sigmoid_run
 
 
-@kernel("Sigmoid", since=(6, 13))
+@kernel("Sigmoid", since=(6, 13), rank="first")
 def sigmoid_6():
     return _sigmoid_run
 
@@ -344,7 +344,7 @@ def _swish(alpha: float):
     return run
 
 
-@kernel("Swish", since=24)
+@kernel("Swish", since=24, rank="first")
 def swish_24(*, alpha=1.0):
     return float32_compute(_swish(alpha))
 

@@ -54,11 +54,11 @@ def legacy_binary(ufunc, broadcast, axis):
 
 def _legacy_versions(op: str, ufunc) -> None:
     """Register versions 1 (with the ignored consumed_inputs) and 6 of a legacy-broadcast binary op."""
-    @kernel(op, since=1)
+    @kernel(op, since=1, rank="broadcast")
     def v1(*, broadcast=0, axis=None, consumed_inputs=None):
         return legacy_binary(ufunc, broadcast, axis)
 
-    @kernel(op, since=6)
+    @kernel(op, since=6, rank="broadcast")
     def v6(*, broadcast=0, axis=None):
         return legacy_binary(ufunc, broadcast, axis)
 
@@ -68,17 +68,17 @@ _legacy_versions("Sub", np.subtract)
 _legacy_versions("Mul", np.multiply)
 
 
-@kernel("Add", since=(7, 13, 14), in_place=np.add)
+@kernel("Add", since=(7, 13, 14), in_place=np.add, rank="broadcast")
 def add_7():
     return binary(np.add)
 
 
-@kernel("Sub", since=(7, 13, 14), in_place=np.subtract)
+@kernel("Sub", since=(7, 13, 14), in_place=np.subtract, rank="broadcast")
 def sub_7():
     return binary(np.subtract)
 
 
-@kernel("Mul", since=(7, 13, 14), in_place=np.multiply)
+@kernel("Mul", since=(7, 13, 14), in_place=np.multiply, rank="broadcast")
 def mul_7():
     return binary(np.multiply)
 
@@ -107,7 +107,7 @@ def _divide(a, b):
 _legacy_versions("Div", _divide)
 
 
-@kernel("Div", since=(7, 13, 14), in_place=np.divide)
+@kernel("Div", since=(7, 13, 14), in_place=np.divide, rank="broadcast")
 def div_7():
     return binary(_divide)
 
@@ -209,12 +209,12 @@ def _clip_attrs(lo, hi):
     return run
 
 
-@kernel("Clip", since=1, views=True)
+@kernel("Clip", since=1, views=True, rank="first")
 def clip_1(*, min=None, max=None, consumed_inputs=None):
     return _clip_attrs(min, max)
 
 
-@kernel("Clip", since=6, views=True)
+@kernel("Clip", since=6, views=True, rank="first")
 def clip_6(*, min=None, max=None):
     return _clip_attrs(min, max)
 
@@ -228,7 +228,7 @@ def _bound(x, v, name):
     return v.reshape(())
 
 
-@kernel("Clip", since=(11, 12, 13), views=True)
+@kernel("Clip", since=(11, 12, 13), views=True, rank="first")
 def clip_11():
     def run(x, min=None, max=None):
         return _clip(x, _bound(x, min, "min"), _bound(x, max, "max"))

@@ -68,18 +68,18 @@ def along_axis(fn, axis: int, via_f32: frozenset):
     return run
 
 
-def _register(op: str, fn, via_f32: frozenset) -> None:
+def _register(op: str, fn, via_f32: frozenset, rank=None) -> None:
     """op-1/11 (2-D coercion, axis default 1) and op-13 (one axis, default -1) of one of the family."""
-    @kernel(op, since=(1, 11))
+    @kernel(op, since=(1, 11), rank=rank)
     def coerced(*, axis=1):
         return _coerced(fn, axis, via_f32)
 
-    @kernel(op, since=13)
+    @kernel(op, since=13, rank=rank)
     def per_axis(*, axis=-1):
         return along_axis(fn, axis, via_f32)
 
 
 SOFTMAX_VIA_F32 = UPCAST - {np.dtype(np.float16)}
-_register("Softmax", softmax, SOFTMAX_VIA_F32)
+_register("Softmax", softmax, SOFTMAX_VIA_F32, "first")
 _register("LogSoftmax", log_softmax, UPCAST)
 _register("Hardmax", hardmax, frozenset())  # argmax needs no float32 copy of the result (see hardmax)

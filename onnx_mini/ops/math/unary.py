@@ -178,21 +178,21 @@ def _erf_typed(x: np.ndarray) -> np.ndarray:
 
 # -- the ops ---------------------------------------------------------------------------------------
 
-def _register(op: str, fn, since, legacy: bool = False, in_place=None) -> None:
+def _register(op: str, fn, since, legacy: bool = False, in_place=None, rank=None) -> None:
     """Kernels of a one-input op computing fn: version 1 with `consumed_inputs` when legacy, then
-    `since` (versions without attributes, with the in_place fact when given)."""
+    `since` (versions without attributes, with the in_place fact when given); rank: @kernel's fact."""
     run = float32_compute(fn) if isinstance(fn, np.ufunc) else fn
 
     if legacy:
         def factory_1(*, consumed_inputs=None):
             return run
         factory_1.__name__ = f"{op.lower()}_1"
-        kernel(op, since=1)(factory_1)
+        kernel(op, since=1, rank=rank)(factory_1)
 
     def factory():
         return run
     factory.__name__ = f"{op.lower()}_{since[0]}"
-    kernel(op, since=since, in_place=in_place)(factory)
+    kernel(op, since=since, in_place=in_place, rank=rank)(factory)
 
 
 for _op, _fn, _since, _legacy in (
@@ -221,4 +221,5 @@ for _op, _fn, _since, _legacy in (
     ("Tanh", np.tanh, (6, 13), True),
 ):
     # the ufunc itself writes the same result into out= for float32/float64
-    _register(_op, _fn, _since, _legacy, _fn if _op in ("Abs", "Exp", "Neg", "Sqrt", "Tanh") else None)
+    _register(_op, _fn, _since, _legacy, _fn if _op in ("Abs", "Exp", "Neg", "Sqrt", "Tanh") else None,
+              "first" if _op in ("Abs", "Erf", "Exp", "Neg", "Sqrt", "Tanh") else None)

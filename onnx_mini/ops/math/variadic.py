@@ -62,23 +62,23 @@ def _mean(same_shape: bool, mean: bool):
     return run
 
 
-def _register(op: str, make) -> None:
+def _register(op: str, make, rank=None) -> None:
     """make(same_shape) builds the kernel function; 1 and 6 need equal shapes, 8+ broadcast. A single
-    input is returned itself (views)."""
-    @kernel(op, since=1, views=True)
+    input is returned itself (views). rank: @kernel's fact."""
+    @kernel(op, since=1, views=True, rank=rank)
     def v1(*, consumed_inputs=None):
         return make(True)
 
-    @kernel(op, since=6, views=True)
+    @kernel(op, since=6, views=True, rank=rank)
     def v6():
         return make(True)
 
-    @kernel(op, since=(8, 12, 13) if op in ("Max", "Min") else (8, 13), views=True)
+    @kernel(op, since=(8, 12, 13) if op in ("Max", "Min") else (8, 13), views=True, rank=rank)
     def v8():
         return make(False)
 
 
-_register("Max", lambda same_shape: _fold(np.maximum, same_shape))
-_register("Min", lambda same_shape: _fold(np.minimum, same_shape))
-_register("Sum", lambda same_shape: _mean(same_shape, False))
+_register("Max", lambda same_shape: _fold(np.maximum, same_shape), "broadcast")
+_register("Min", lambda same_shape: _fold(np.minimum, same_shape), "broadcast")
+_register("Sum", lambda same_shape: _mean(same_shape, False), "broadcast")
 _register("Mean", lambda same_shape: _mean(same_shape, True))

@@ -5,7 +5,7 @@ sum are integers of at most 65025 * (C/group * prod(kernel)) in magnitude: float
 2^24, float64 below 2^53. The convolution runs as Conv's (BLAS) float formulation in the narrowest exact
 type, and the result is converted back to integers exactly. Padding is zero after the zero-point shift
 (the input is padded with its zero point). w - w_zero_point is made once at prepare when both are
-constants (`_prepared_weight`), and on every call only when they are fed at run time.
+constants (`ops._common.prepack`), and on every call only when they are fed at run time.
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import numpy as np
 
 from ...errors import InvalidValueError
 from ...registry import kernel
+from .._common import prepack
 from ._common import check_auto_pad
 from .conv import convolve
 
@@ -51,28 +52,6 @@ def _shifted_weight(w, w_zero_point) -> np.ndarray:
     return w.astype(ft) - wzp.reshape(wzp.shape + (1,) * (w.ndim - 1))
 
 
-def _prepared_weight(constants, w_index: int, zp_index: int):
-    """get(w, w_zero_point) -> `_shifted_weight`, made once here (onnxruntime's PrePack) when the weight
-    (input w_index) and its zero point (input zp_index, constant or omitted) are known at prepare; computed
-    per call while either is fed at run time (a constant arrives as that same array). A weight failing
-    here fails at run time instead, as a fed one does."""
-    constants = constants or {}
-    if w_index not in constants:
-        return _shifted_weight
-    made = (constants[w_index], constants.get(zp_index))
-    try:
-        ws = _shifted_weight(*made)
-    except Exception:
-        return _shifted_weight
-    ws.setflags(write=False)        # shared by every run
-
-    def get(w, w_zero_point):
-        if w is made[0] and w_zero_point is made[1]:
-            return ws
-        return _shifted_weight(w, w_zero_point)
-    return get
-
-
 def _integer_conv(x, w, x_zero_point, w_zero_point, attrs, weight=_shifted_weight) -> np.ndarray:
     """conv(x - x_zero_point, w - w_zero_point) as float values holding exact integers (weight: how
     w - w_zero_point is obtained, `_prepared_weight`'s get)."""
@@ -93,7 +72,7 @@ def _attrs(auto_pad, dilations, group, kernel_shape, pads, strides):
 def conv_integer_10(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None,
                     _constants=None):
     attrs = _attrs(auto_pad, dilations, group, kernel_shape, pads, strides)
-    weight = _prepared_weight(_constants, 1, 3)
+    weight = prepack(_shifted_weight, _constants, (1, 3))
 
     def conv_integer(x, w, x_zero_point=None, w_zero_point=None):
         y = _integer_conv(x, w, x_zero_point, w_zero_point, attrs, weight)
@@ -106,7 +85,7 @@ def conv_integer_10(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=
 def qlinear_conv_10(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None,
                     _constants=None):
     attrs = _attrs(auto_pad, dilations, group, kernel_shape, pads, strides)
-    weight = _prepared_weight(_constants, 3, 5)
+    weight = prepack(_shifted_weight, _constants, (3, 5))
 
     def qlinear_conv(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None):
         _check_8bit(y_zero_point, "y_zero_point")

@@ -57,17 +57,17 @@ def _dropout_attr(ratio: float, training: bool, n_outputs: int, mask_type):
     return lambda x: _random_dropout(x, ratio, rng, n_outputs, mask_type)
 
 
-@kernel("Dropout", since=1, foldable=False, views=True)
+@kernel("Dropout", since=1, foldable=False, views=True, rank="first")
 def dropout_1(*, is_test=0, ratio=0.5, consumed_inputs=None, _n_outputs=1):
     return _dropout_attr(ratio, not is_test, _n_outputs, None)
 
 
-@kernel("Dropout", since=6, foldable=False, views=True)
+@kernel("Dropout", since=6, foldable=False, views=True, rank="first")
 def dropout_6(*, is_test=0, ratio=0.5, _n_outputs=1):
     return _dropout_attr(ratio, not is_test, _n_outputs, None)
 
 
-@kernel("Dropout", since=(7, 10), foldable=False, views=True)
+@kernel("Dropout", since=(7, 10), foldable=False, views=True, rank="first")
 def dropout_7(*, ratio=0.5, _n_outputs=1, _version):
     # no training mode: Y = X; the mask is of X's type in 7, bool from 10
     return _dropout_attr(ratio, False, _n_outputs, np.bool_ if _version >= 10 else None)
@@ -79,7 +79,7 @@ def _scalar(v: np.ndarray, name: str):
     return v.reshape(()).astype(np.float64).item() if v.dtype in UPCAST else v.reshape(()).item()
 
 
-@kernel("Dropout", since=(12, 13, 22), foldable=False, views=True)
+@kernel("Dropout", since=(12, 13, 22), foldable=False, views=True, rank="first")
 def dropout_12(*, seed=None, _n_outputs=1):
     rng = _generator(seed)
 

@@ -132,31 +132,31 @@ def _batch_norm(epsilon: float, momentum: float, training: bool, spatial: bool, 
     return run
 
 
-@kernel("BatchNormalization", since=1)
+@kernel("BatchNormalization", since=1, rank="first")
 def batch_normalization_1(*, consumed_inputs=None, epsilon=1e-5, is_test=0, momentum=0.9, spatial=1,
                           _n_outputs=1):
     return batch_normalization_6(epsilon=epsilon, is_test=is_test, momentum=momentum, spatial=spatial,
                                  _n_outputs=_n_outputs)
 
 
-@kernel("BatchNormalization", since=6)
+@kernel("BatchNormalization", since=6, rank="first")
 def batch_normalization_6(*, epsilon=1e-5, is_test=0, momentum=0.9, spatial=1, _n_outputs=1):
     # is_test=0 is training mode: Y uses the batch statistics.
     return _batch_norm(epsilon, momentum, not is_test, bool(spatial), _n_outputs, legacy=True)
 
 
-@kernel("BatchNormalization", since=7)
+@kernel("BatchNormalization", since=7, rank="first")
 def batch_normalization_7(*, epsilon=1e-5, momentum=0.9, spatial=1, _n_outputs=1):
     # Training mode is told by the outputs: Y alone is test mode.
     return _batch_norm(epsilon, momentum, _n_outputs > 1, bool(spatial), _n_outputs, legacy=True)
 
 
-@kernel("BatchNormalization", since=9)
+@kernel("BatchNormalization", since=9, rank="first")
 def batch_normalization_9(*, epsilon=1e-5, momentum=0.9, _n_outputs=1):
     return _batch_norm(epsilon, momentum, _n_outputs > 1, True, _n_outputs, legacy=True)
 
 
-@kernel("BatchNormalization", since=(14, 15))
+@kernel("BatchNormalization", since=(14, 15), rank="first")
 def batch_normalization_14(*, epsilon=1e-5, momentum=0.9, training_mode=0, _n_outputs=1):
     if not training_mode and _n_outputs > 1:
         raise ValueError(f"with training_mode=0 BatchNormalization has one output (Y), got {_n_outputs}")
@@ -177,19 +177,19 @@ def _instance_norm(epsilon: float):
     return run
 
 
-@kernel("InstanceNormalization", since=1)
+@kernel("InstanceNormalization", since=1, rank="first")
 def instance_normalization_1(*, epsilon=1e-5, consumed_inputs=None):
     return _instance_norm(epsilon)
 
 
-@kernel("InstanceNormalization", since=(6, 22))
+@kernel("InstanceNormalization", since=(6, 22), rank="first")
 def instance_normalization_6(*, epsilon=1e-5):
     return _instance_norm(epsilon)
 
 
 # -- LayerNormalization, RMSNormalization --------------------------------------------------------
 
-@kernel("LayerNormalization", since=17)
+@kernel("LayerNormalization", since=17, rank="first")
 def layer_normalization_17(*, axis=-1, epsilon=1e-5, stash_type=1, _n_outputs=1):
     cd, rnd, stash = _stash(stash_type, (1, 16))
 
@@ -271,7 +271,7 @@ def group_normalization_21(*, num_groups, epsilon=1e-5, stash_type=1):
 
 # -- LRN -----------------------------------------------------------------------------------------
 
-@kernel("LRN", since=(1, 13))
+@kernel("LRN", since=(1, 13), rank="first")
 def lrn_1(*, size, alpha=1e-4, beta=0.75, bias=1.0):
     """Y = X / (bias + alpha / size * square_sum) ** beta, square_sum over the channel window
     [c - floor((size - 1) / 2), c + ceil((size - 1) / 2)] clipped to [0, C - 1]."""

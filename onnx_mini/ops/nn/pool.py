@@ -294,18 +294,18 @@ def _flat_indices(arg, x_shape, kernel, strides, dilations, begin, out, storage_
     return np.clip(flat, 0, max(n * c * math.prod(sizes) - 1, 0), out=flat)
 
 
-@kernel("MaxPool", since=1, heavy=True, views=True)
+@kernel("MaxPool", since=1, heavy=True, views=True, rank="first")
 def max_pool_1(*, kernel_shape, auto_pad="NOTSET", pads=None, strides=None):
     return _max_pool(kernel_shape, strides, pads, None, auto_pad, 0, 0, False)
 
 
-@kernel("MaxPool", since=8, heavy=True, views=True)
+@kernel("MaxPool", since=8, heavy=True, views=True, rank="first")
 def max_pool_8(*, kernel_shape, auto_pad="NOTSET", pads=None, strides=None, storage_order=0, _n_outputs=1):
     run = _max_pool(kernel_shape, strides, pads, None, auto_pad, 0, storage_order, _n_outputs > 1)
     return run if _n_outputs > 1 else (lambda x: (run(x),))
 
 
-@kernel("MaxPool", since=(10, 11, 12, 22), heavy=True, views=True)
+@kernel("MaxPool", since=(10, 11, 12, 22), heavy=True, views=True, rank="first")
 def max_pool_10(*, kernel_shape, auto_pad="NOTSET", pads=None, strides=None, storage_order=0, dilations=None,
                 ceil_mode=0, _n_outputs=1):
     run = _max_pool(kernel_shape, strides, pads, dilations, auto_pad, ceil_mode, storage_order, _n_outputs > 1)
@@ -383,23 +383,23 @@ def _average_pool(kernel_shape, strides, pads, dilations, auto_pad, ceil_mode, c
     return run
 
 
-@kernel("AveragePool", since=1, heavy=True)
+@kernel("AveragePool", since=1, heavy=True, rank="first")
 def average_pool_1(*, kernel_shape, auto_pad="NOTSET", pads=None, strides=None):
     return _average_pool(kernel_shape, strides, pads, None, auto_pad, 0, 0)
 
 
-@kernel("AveragePool", since=7, heavy=True)
+@kernel("AveragePool", since=7, heavy=True, rank="first")
 def average_pool_7(*, kernel_shape, auto_pad="NOTSET", pads=None, strides=None, count_include_pad=0):
     return _average_pool(kernel_shape, strides, pads, None, auto_pad, 0, count_include_pad)
 
 
-@kernel("AveragePool", since=(10, 11), heavy=True)
+@kernel("AveragePool", since=(10, 11), heavy=True, rank="first")
 def average_pool_10(*, kernel_shape, auto_pad="NOTSET", pads=None, strides=None, count_include_pad=0,
                     ceil_mode=0):
     return _average_pool(kernel_shape, strides, pads, None, auto_pad, ceil_mode, count_include_pad)
 
 
-@kernel("AveragePool", since=(19, 22), heavy=True)
+@kernel("AveragePool", since=(19, 22), heavy=True, rank="first")
 def average_pool_19(*, kernel_shape, auto_pad="NOTSET", pads=None, strides=None, count_include_pad=0,
                     ceil_mode=0, dilations=None):
     return _average_pool(kernel_shape, strides, pads, dilations, auto_pad, ceil_mode, count_include_pad)
@@ -431,12 +431,12 @@ def _lp_pool(kernel_shape, strides, pads, dilations, auto_pad, ceil_mode, p):
     return run
 
 
-@kernel("LpPool", since=(1, 2, 11), heavy=True)
+@kernel("LpPool", since=(1, 2, 11), heavy=True, rank="first")
 def lp_pool_1(*, kernel_shape, auto_pad="NOTSET", pads=None, strides=None, p=2):
     return _lp_pool(kernel_shape, strides, pads, None, auto_pad, 0, p)
 
 
-@kernel("LpPool", since=(18, 22), heavy=True)
+@kernel("LpPool", since=(18, 22), heavy=True, rank="first")
 def lp_pool_18(*, kernel_shape, auto_pad="NOTSET", pads=None, strides=None, p=2, ceil_mode=0, dilations=None):
     return _lp_pool(kernel_shape, strides, pads, dilations, auto_pad, ceil_mode, p)
 
@@ -455,12 +455,12 @@ def _global(reduce):
     return run
 
 
-@kernel("GlobalAveragePool", since=(1, 22))
+@kernel("GlobalAveragePool", since=(1, 22), rank="first")
 def global_average_pool_1():
     return _global(lambda x, axes: np.mean(x, axis=axes, keepdims=True))
 
 
-@kernel("GlobalMaxPool", since=(1, 22))
+@kernel("GlobalMaxPool", since=(1, 22), rank="first")
 def global_max_pool_1():
     return _global(lambda x, axes: np.max(x, axis=axes, keepdims=True))
 

@@ -322,17 +322,17 @@ def _cast_fn(version: int, to, saturate=1, round_mode="up"):
     return run
 
 
-@kernel("Cast", since=(1, 6, 9, 13), views=True)
+@kernel("Cast", since=(1, 6, 9, 13), views=True, rank="first")
 def cast_1(*, to, _version):
     return _cast_fn(_version, to)      # Cast-1's `to` is a type name (e.g. "FLOAT")
 
 
-@kernel("Cast", since=(19, 21, 23), views=True)
+@kernel("Cast", since=(19, 21, 23), views=True, rank="first")
 def cast_19(*, to, saturate=1, _version):
     return _cast_fn(_version, to, saturate)
 
 
-@kernel("Cast", since=(24, 25, 28), views=True)
+@kernel("Cast", since=(24, 25, 28), views=True, rank="first")
 def cast_24(*, to, saturate=1, round_mode="up", _version):
     return _cast_fn(_version, to, saturate, round_mode)
 

@@ -15,7 +15,7 @@ def _identity(x):
     return x
 
 
-@kernel("Identity", since=(1, 13, 14, 16, 19, 21, 23, 24, 25), views=True)
+@kernel("Identity", since=(1, 13, 14, 16, 19, 21, 23, 24, 25), views=True, rank="first")
 def identity_1():
     # Tensors, sequences (14+) and optionals (16+) pass through unchanged: no copy.
     return _identity

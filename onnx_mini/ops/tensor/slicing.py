@@ -29,12 +29,12 @@ def concat(inputs: tuple, axis: int) -> np.ndarray:
     return np.concatenate(inputs, axis=a)
 
 
-@kernel("Concat", since=1)
+@kernel("Concat", since=1, rank="first")
 def concat_1(*, axis=1):
     return lambda *inputs: concat(inputs, axis)
 
 
-@kernel("Concat", since=(4, 11, 13))
+@kernel("Concat", since=(4, 11, 13), rank="first")
 def concat_4(*, axis):
     return lambda *inputs: concat(inputs, axis)
 

@@ -13,8 +13,8 @@ shape): where that is channels-last, 512x14x14 0.39 -> 0.29 ms, 136x28x28 0.41 -
 0.11 (1024x7x7 0.29 -> 0.25, 136x28x28 /2 0.17 -> 0.15); and wide outputs lose: 128x56x56 0.72 ->
 1.67, so at most thresholds.BANDED_MAX_WIDTH output columns. Since the einsum's tiled weights are
 made once per constant W it is the faster one at stride 1 until those weights grow large
-(thresholds.DW_EINSUM_MAX_WEIGHT_BYTES), and banded stays for strided layers with few channels and stride-1 layers with many (768x14x14 and
-up). The matrices take Wp/kw times W's memory per kernel row. A zero of T times an infinity is NaN,
+(thresholds.DW_EINSUM_MAX_WEIGHT_BYTES), and banded stays for strided layers with few channels and
+stride-1 layers with many (768x14x14 and up). The matrices take Wp/kw times W's memory per kernel row. A zero of T times an infinity is NaN,
 so X and W must be finite (the caller checks: run.py).
 """
 from __future__ import annotations
