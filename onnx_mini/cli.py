@@ -10,6 +10,9 @@
 
 Exit codes: 0 ok (compare: the runtimes agree), 1 a model, input or run error (compare: they
 differ), 2 a usage error. Expected errors print one message on stderr, never a traceback.
+Each command imports what it needs when it runs (its functions' imports): `info` on a model, say,
+never loads the kernels, so it answers fast. None of them dodges an import cycle (the CLI is the
+last layer: backend_tests/core/test_architecture.py).
 """
 from __future__ import annotations
 
