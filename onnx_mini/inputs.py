@@ -157,10 +157,12 @@ def _check_tensor(name: str, t: TypeInfo, value: Any) -> np.ndarray:
                              f"from {type(value).__name__}: {e}") from None
     if want is not None and value.dtype != want:
         if want == object and value.dtype.kind in "US":
-            value = value.astype(object)
+            value = _as_strings(value)
         else:
             raise InputError(f"input {name!r}: expected element type {dtypes.type_name(t.elem_type)} "
                              f"({want}), got {value.dtype}")
+    elif want == object and not set(map(type, value.flat)) <= {str}:   # map/set: one C-level pass
+        value = _as_strings(value)
     if t.shape is not None:
         if value.ndim != len(t.shape):
             raise InputError(f"input {name!r}: expected rank {len(t.shape)} (shape {_shape(t.shape)}), "
@@ -170,6 +172,25 @@ def _check_tensor(name: str, t: TypeInfo, value: Any) -> np.ndarray:
                 raise InputError(f"input {name!r}: dimension {axis} must be {d} (shape {_shape(t.shape)}), "
                                  f"got shape {list(value.shape)}")
     return _readonly(value)
+
+
+def _string(x: Any):
+    """One element of a string tensor as onnxruntime takes it: str(x) (nan -> 'nan', 5 -> '5', None ->
+    'None'); bytes are decoded as ONNX strings are (UTF-8; kept as bytes when not), where onnxruntime
+    would store "b'...'", a string no model compares against."""
+    if x.__class__ is str:
+        return x
+    if isinstance(x, (bytes, np.bytes_)):
+        return dtypes.decode_text(bytes(x))
+    return str(x)
+
+
+_strings = np.frompyfunc(_string, 1, 1)
+
+
+def _as_strings(value: np.ndarray) -> np.ndarray:
+    """A new object array of `value`'s elements as strings (the caller's array is left as it is)."""
+    return np.asarray(_strings(value), dtype=object).reshape(value.shape)
 
 
 def _kind_of(value: Any) -> str:

@@ -13,6 +13,8 @@ import io
 import mmap
 import os
 import stat
+import sys
+import warnings
 from typing import Any
 
 import numpy as np
@@ -95,8 +97,61 @@ def _from_proto(proto: ModelProto, base_dir: str | None) -> Model:
     for fp in proto.functions:
         f = parse_function(fp, ctx)
         functions[(f.domain, f.name)] = f
-    return Model(graph=ctx.graph(proto.graph), opsets=opsets, ir_version=ir, functions=functions,
+    graph = ctx.graph(proto.graph)
+    local = set(functions)      # a function's own opset imports cover its body
+    used = _domains(graph.nodes, local).union(*(_domains(f.nodes, local) - set(f.opsets) for f in functions.values()))
+    return Model(graph=graph, opsets=_with_implied(opsets, used), ir_version=ir, functions=functions,
                  metadata=metadata(proto))
+
+
+class MissingOpsetWarning(UserWarning):
+    """A model uses a domain it imports no opset for, and onnx_mini assumed one (as onnxruntime does)."""
+
+
+def implied_opsets() -> dict[str, int]:
+    """{domain: version} a model's node may use without importing the domain: the domains onnxruntime
+    imports by itself at their newest version (its model.cc adds the schema registry's latest opsets)
+    that onnx_mini runs. Not ai.onnx: a model imports it, or is the lenient opset-1 case of _opsets."""
+    return {"ai.onnx.ml": onnx.defs.onnx_ml_opset_version(), "ai.onnx.preview.training": 1, "com.microsoft": 1}
+
+
+def _with_implied(opsets: dict[str, int], used: set[str]) -> dict[str, int]:
+    """`opsets` plus the implied version of each used domain the model does not import, with a
+    MissingOpsetWarning per domain (once per load, so once per prepare)."""
+    implied = implied_opsets()
+    missing = sorted(d for d in used if d not in opsets and d in implied)
+    if not missing:
+        return opsets
+    opsets = dict(opsets)
+    for d in missing:
+        opsets[d] = implied[d]
+        warnings.warn(f"the model uses domain {d!r} but imports no opset for it: running it at {d} opset "
+                      f"{implied[d]}, the newest, as onnxruntime does (add an opset_import to be explicit)",
+                      MissingOpsetWarning, stacklevel=_outside_stacklevel())
+    return opsets
+
+
+def _domains(nodes: list[Node], local: set[tuple[str, str]]) -> set[str]:
+    """The operator domains of nodes and of the nodes of their subgraphs (not calls of the model's
+    local functions `local`: (domain, name) keys)."""
+    out: set[str] = set()
+    for n in nodes:
+        if (n.domain, n.op_type) not in local:
+            out.add(n.domain)
+        for v in n.attrs.values():
+            for g in (v if isinstance(v, list) else (v,)):
+                if isinstance(g, Graph):
+                    out |= _domains(g.nodes, local)
+    return out
+
+
+def _outside_stacklevel() -> int:
+    """The warnings stacklevel of the caller's first frame outside onnx_mini (the user's line)."""
+    here = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(here):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def metadata(proto: ModelProto) -> ModelMetadata:
@@ -375,7 +430,7 @@ def type_info(tp: onnx.TypeProto) -> TypeInfo | None:
         tt = getattr(tp, which)
         shape = None
         if tt.HasField("shape"):
-            shape = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim)
+            shape = tuple(_dim(d) for d in tt.shape.dim)
         return TypeInfo("tensor" if which == "tensor_type" else "sparse_tensor", tt.elem_type, shape)
     if which == "sequence_type":
         return TypeInfo("sequence", inner=type_info(tp.sequence_type.elem_type))
@@ -384,6 +439,15 @@ def type_info(tp: onnx.TypeProto) -> TypeInfo | None:
     if which == "map_type":
         return TypeInfo("map", key_type=tp.map_type.key_type, inner=type_info(tp.map_type.value_type))
     return None
+
+
+def _dim(d: onnx.TensorShapeProto.Dimension) -> int | str | None:
+    """A declared dimension: its size, its symbolic name, or None when unknown. Paddle, WinMLTools and
+    OnnxMLTools write dim_value -1 for "unknown"; onnxruntime reads every negative value so (its
+    get_inputs() shows None), and so does onnx_mini: no later stage ever sees a negative size."""
+    if d.HasField("dim_value"):
+        return d.dim_value if d.dim_value >= 0 else None
+    return d.dim_param or None
 
 
 def _guess_attr_type(a: AttributeProto) -> int:

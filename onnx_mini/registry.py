@@ -28,7 +28,9 @@ Facts about an operator that the planner reads are arguments of @kernel, never n
   dies at the step;
 - `views`: the result may be a view of the first input (Reshape, Squeeze, Identity, ...);
 - `rank`: what the optimiser may assume of the output's rank: "first" (the first input's), or
-  "broadcast" (the largest of the inputs').
+  "broadcast" (the largest of the inputs');
+- `until`: the first opset of the domain in which the operator no longer exists (an operator onnx
+  removed, which therefore has no schema saying so: ImageScaler).
 """
 from __future__ import annotations
 
@@ -59,6 +61,7 @@ class KernelSpec:
     in_place: Callable | None = None   # f(*inputs, out=) for float32/64 (inplace.py)
     views: bool = False            # the result may be a view of the first input
     rank: str | None = None        # "first": the output has the first input's rank; "broadcast": the largest
+    until: int | None = None       # first opset without the operator (removed from the spec), None: still there
 
 
 _KERNELS: dict[tuple[str, str, int], KernelSpec] = {}
@@ -99,19 +102,20 @@ def _versions(since) -> tuple[int, ...]:
 
 
 def kernel(op_type: str, since, domain: str = "", multi_output: bool | None = None, *, foldable: bool = True,
-           heavy: bool = False, in_place: Callable | None = None, views: bool = False, rank: str | None = None):
+           heavy: bool = False, in_place: Callable | None = None, views: bool = False, rank: str | None = None,
+           until: int | None = None):
     """Register a built-in kernel factory for each listed schema version of (domain, op_type).
 
     multi_output defaults to what the schema says (more than one output possible); a kernel
     whose op can have several outputs returns a tuple, otherwise the single value. foldable, heavy,
-    in_place and views are the operator's facts (see the module's doc).
+    in_place, views, rank and until are the operator's facts (see the module's doc).
     (Users register theirs with onnx_mini.kernel or a CustomOps set: see CustomOps.)
     """
     versions = _versions(since)
     domain = normalize_domain(domain)
     if rank not in (None, "first", "broadcast"):
         raise ValueError(f"rank must be None, 'first' or 'broadcast', got {rank!r}")
-    facts = dict(foldable=foldable, heavy=heavy, in_place=in_place, views=views, rank=rank)
+    facts = dict(foldable=foldable, heavy=heavy, in_place=in_place, views=views, rank=rank, until=until)
 
     def register(factory: Callable) -> Callable:
         for spec in _specs(factory, op_type, domain, versions, multi_output, **facts):

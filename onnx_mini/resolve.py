@@ -117,11 +117,8 @@ def _resolve(domain: str, op_type: str, opset: int | None) -> Resolution:
         if schema is None:
             # onnxruntime's contrib schemas in the ai.onnx domain (LayerNormalization below opset 17):
             # a kernel registered for a version before onnx's first one
-            older = [v for (d, o, v) in kernels() if d == domain and o == op_type and v <= opset]
-            if older:
-                return Resolution(max(older), kernel=kernels()[(domain, op_type, max(older))])
-            return Resolution(None, problem=f"{op_type} does not exist in opset {opset} of domain "
-                                            f"{domain or 'ai.onnx'!r}")
+            return _registered(domain, op_type, opset) or Resolution(
+                None, problem=f"{op_type} does not exist in opset {opset} of domain {domain or 'ai.onnx'!r}")
         version = schema.since_version
         spec = kernels().get((domain, op_type, version))
         if spec is not None:
@@ -134,8 +131,20 @@ def _resolve(domain: str, op_type: str, opset: int | None) -> Resolution:
             return Resolution(version, problem=f"no kernel for {op_type}-{version} (its function body depends on "
                                                "input types, which are not known here)", typed_function=True)
         return Resolution(version, problem=f"no kernel for {op_type}-{version}")
-    # A domain onnx does not know (custom ops): the newest registered version not above the opset.
-    versions = [v for (d, o, v) in kernels() if d == domain and o == op_type and v <= opset]
-    if versions:
-        return Resolution(max(versions), kernel=kernels()[(domain, op_type, max(versions))])
-    return Resolution(None, problem=f"unknown operator {op_type} in domain {domain or 'ai.onnx'!r}")
+    # A domain onnx does not know (custom ops), or an operator onnx removed (ImageScaler)
+    return _registered(domain, op_type, opset) or Resolution(
+        None, problem=f"unknown operator {op_type} in domain {domain or 'ai.onnx'!r}")
+
+
+def _registered(domain: str, op_type: str, opset: int) -> Resolution | None:
+    """The newest built-in version not above the opset; None if there is none. An operator removed
+    from the spec (its kernel's `until`) no longer exists from that opset on, as in onnxruntime."""
+    table = kernels()
+    versions = [v for (d, o, v) in table if d == domain and o == op_type and v <= opset]
+    if not versions:
+        return None
+    spec = table[(domain, op_type, max(versions))]
+    if spec.until is not None and opset >= spec.until:
+        return Resolution(None, problem=f"{op_type} was removed from domain {domain or 'ai.onnx'!r} in opset "
+                                        f"{spec.until}; the model imports opset {opset}")
+    return Resolution(spec.since, kernel=spec)
