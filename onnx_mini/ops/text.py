@@ -279,19 +279,25 @@ def check_pattern(python_pattern: str) -> None:
                 stack.append((av, depth + 1, repeated))
 
 
-@kernel("RegexFullMatch", since=20)
-def regex_full_match_20(*, pattern=None):
-    if pattern is None:
-        raise ValueError("attribute 'pattern' is required")
+def compile_re2(pattern: str, what: str = "pattern") -> re.Pattern:
+    """An RE2 pattern compiled with Python's re (re2_to_python, check_pattern); ValueError naming
+    `what` for a pattern that is too long, not RE2 or not supported."""
     if len(pattern) > MAX_PATTERN_LENGTH:
-        raise ValueError(f"pattern of {len(pattern):,} characters is longer than onnx_mini accepts "
+        raise ValueError(f"{what} of {len(pattern):,} characters is longer than onnx_mini accepts "
                          f"({MAX_PATTERN_LENGTH:,})")
     try:
         translated = re2_to_python(pattern)
         check_pattern(translated)
-        compiled = re.compile(translated)
+        return re.compile(translated)
     except (ValueError, re.error, RecursionError) as e:
-        raise ValueError(f"pattern {pattern!r} is not a supported RE2 regular expression: {e}") from None
+        raise ValueError(f"{what} {pattern!r} is not a supported RE2 regular expression: {e}") from None
+
+
+@kernel("RegexFullMatch", since=20)
+def regex_full_match_20(*, pattern=None):
+    if pattern is None:
+        raise ValueError("attribute 'pattern' is required")
+    compiled = compile_re2(pattern)
 
     def match(s):
         if isinstance(s, bytes):

@@ -8,6 +8,8 @@ walks this package like every other family.
   FusedConv, NhwcConv
 - misc.py: Inverse, Trilu, GridSample, Range
 - quantized_matmul.py, qlinear.py: the quantized operators (MatMulNBits, QLinear*, ...)
+- text.py: Tokenizer, MurmurHash3; linalg.py: CDist, Solve (what skl2onnx writes for text vectorizers,
+  feature hashing, nearest neighbours and Gaussian processes)
 
 All are version 1 of the domain: the registry resolves a com.microsoft node to the newest registered
 version not above the model's com.microsoft opset.
