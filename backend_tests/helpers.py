@@ -230,3 +230,46 @@ def legacy_ref(fn, a, b, axis, dtype=None):
     for pos in np.ndindex(*a.shape):
         out[pos] = fn(a[pos].item(), b[tuple(0 if d == 1 else pos[start + k] for k, d in enumerate(b.shape))].item())
     return out.astype(np.float64).astype(a.dtype) if dtype is None else out.astype(dtype)
+
+
+# -- control flow, for hooks and the profile -----------------------------------------------------------
+
+def control_flow_model():
+    """x float[4], c bool[], xs float[3, 2], s0 float[2] -> acc, y, s, ys, with every kind of body:
+
+    - Loop_0 (unnamed), 3 iterations carrying acc = x; its body: Identity_0 (cond), Add_1 (a = acc + x,
+      x captured), Mod_2 and Equal_3 (i even?), If_4 whose then_branch is Mul_0 (a * a), else_branch
+      Neg_0 (-a): iterations 0 and 2 take then_branch, 1 else_branch;
+    - `choose`, an If on c: then_branch `twice` (acc + acc), else_branch Sub_0 (acc - x);
+    - `scan`, a Scan over the 3 rows of xs: its body `accumulate` (s + row) and Neg_1 (ys rows -s).
+    Unnamed nodes get `<OpType>_<step index>` in hook paths and the profile."""
+    def vi(name, t=F, shape=None):
+        return helper.make_tensor_value_info(name, t, shape)
+    mul = helper.make_graph([helper.make_node("Mul", ["a", "a"], ["t"])], "mul", [], [vi("t")])
+    neg = helper.make_graph([helper.make_node("Neg", ["a"], ["e"])], "neg", [], [vi("e")])
+    loop_body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Add", ["acc_in", "x"], ["a"]),
+         helper.make_node("Mod", ["i", "two"], ["r"]),
+         helper.make_node("Equal", ["r", "zero"], ["even"]),
+         helper.make_node("If", ["even"], ["b"], then_branch=mul, else_branch=neg)],
+        "loop_body", [vi("i", I64, []), vi("cond_in", TensorProto.BOOL, []), vi("acc_in")],
+        [vi("cond_out", TensorProto.BOOL, []), vi("b")],
+        [numpy_helper.from_array(np.array(2, np.int64), "two"), numpy_helper.from_array(np.array(0, np.int64), "zero")])
+    twice = helper.make_graph([helper.make_node("Add", ["acc", "acc"], ["d"], name="twice")], "twice", [], [vi("d")])
+    minus = helper.make_graph([helper.make_node("Sub", ["acc", "x"], ["m"])], "minus", [], [vi("m")])
+    scan_body = helper.make_graph(
+        [helper.make_node("Add", ["s_in", "row"], ["s_out"], name="accumulate"),
+         helper.make_node("Neg", ["s_out"], ["y_row"])],
+        "scan_body", [vi("s_in", F, [2]), vi("row", F, [2])], [vi("s_out", F, [2]), vi("y_row", F, [2])])
+    nodes = [helper.make_node("Loop", ["M", "", "x"], ["acc"], body=loop_body),
+             helper.make_node("If", ["c"], ["y"], name="choose", then_branch=twice, else_branch=minus),
+             helper.make_node("Scan", ["s0", "xs"], ["s", "ys"], name="scan", body=scan_body, num_scan_inputs=1)]
+    return model(nodes, [("x", F, [4]), ("c", TensorProto.BOOL, []), ("xs", F, [3, 2]), ("s0", F, [2])],
+                 [("acc", F, None), ("y", F, None), ("s", F, None), ("ys", F, None)],
+                 [numpy_helper.from_array(np.array(3, np.int64), "M")], opset=17)
+
+
+def control_flow_feeds(c: bool = True) -> dict:
+    return {"x": np.array([1, -2, 3, -4], np.float32), "c": np.array(c), "xs": arange((3, 2)),
+            "s0": np.array([10, 20], np.float32)}

@@ -22,7 +22,7 @@ from .errors import OnnxMiniError
 from .executor import Hook, execute
 from .graph import Graph, Model, Node, ValueInfo
 from .inputs import bind_inputs, export_outputs
-from .plan import Plan, StepInfo, describe_value
+from .plan import TRACING, Plan, StepInfo, describe_value
 from .prepare import prepare_plan
 from .specialize import Specializer
 
@@ -118,6 +118,14 @@ class PreparedModel:
         with run_scope.running(threads or self.threads), dtypes.model_limits(self.max_tensor_bytes):
             if specializer is not None:
                 plan, slots = specializer.choose(slots)
+            if hook is None and TRACING.get() is not None:
+                # a run inside a hooked one's kernel (a user kernel running a model): that hook is
+                # not this run's, its bodies must not report to it
+                token = TRACING.set(None)
+                try:
+                    return execute(plan, slots)
+                finally:
+                    TRACING.reset(token)
             return execute(plan, slots, hook)
 
     def __getstate__(self) -> dict:
@@ -185,24 +193,71 @@ def _rebuild_outputs(names: tuple[str, ...], values: tuple):
     return outputs_type(names)(*values)
 
 
+class StepClock:
+    """Times a hooked run's steps, bodies' steps included, for hooks (trace_hook, profile).
+
+    A step runs from the end of the previous hook call at its depth (the sibling before it) or,
+    for a body's first step, of the latest hook call, to its own hook call; a control-flow step's
+    time therefore includes its body's (the body's first step also carries the work its parent did
+    before it, e.g. a Loop's per-iteration bookkeeping). Time spent inside hook calls, between
+    step() and done(), is charged to no step."""
+
+    def __init__(self):
+        self.start()
+
+    def start(self) -> None:
+        """A run begins now."""
+        self.began = self.last = time.perf_counter()
+        self.overhead = 0.0             # seconds spent between step() and done() so far
+        self.marks: list[tuple[float, float]] = []   # per depth: (time, overhead) the next step starts at
+
+    def step(self, depth: int) -> tuple[float, float, float]:
+        """At a hook call for a step at `depth`: (now, the step's start, its time without hook calls)."""
+        now = time.perf_counter()
+        marks = self.marks
+        if len(marks) > depth:
+            start, overhead = marks[depth]
+        else:                           # the first step of a body, so far as this clock knows
+            start, overhead = self.last, self.overhead
+            while len(marks) < depth:   # its parents began no later
+                marks.append((start, overhead))
+        return now, start, now - start - (self.overhead - overhead)
+
+    def done(self, depth: int, now: float) -> None:
+        """The hook call that step() began (at `now`) ends: the next step at this depth starts here,
+        and the bodies below it are over."""
+        end = time.perf_counter()
+        self.overhead += end - now
+        del self.marks[depth:]
+        self.marks.append((end, self.overhead))
+        self.last = end
+
+    def elapsed(self) -> float:
+        """The run's time so far without hook calls."""
+        return time.perf_counter() - self.began - self.overhead
+
+
 def trace_hook(out: Any = True) -> Hook:
     """A fresh executor hook printing one line per node to `out` (True: sys.stderr):
 
         [  12] conv1 Conv-11  X: float32[1, 3, 224, 224], W: float32[64, 3, 7, 7] -> y: float32[1, 64, 112, 112]  0.9 ms
 
-    The time is the node's own, measured from the end of the previous node's line (printing excluded)."""
+    A body's steps (If, Loop, Scan, ...) come before their parent's line, indented two spaces per
+    level and named by their path (`loop/body/Add_1`); an unnamed node is `<OpType>_<step index>`.
+    Times are StepClock's (printing excluded): a control-flow node's includes its body."""
     stream = sys.stderr if out is True else out
-    state = [0, time.perf_counter()]
+    clock = StepClock()
+    count = [0]
 
     def hook(info: StepInfo, inputs: tuple, outputs: tuple) -> None:
-        elapsed = time.perf_counter() - state[1]
+        now, _, elapsed = clock.step(info.depth)
         ins = ", ".join(f"{n or '<omitted>'}: {describe_value(v)}" for n, v in zip(info.inputs, inputs))
         outs = ", ".join(f"{n or '<unused>'}: {describe_value(v)}" for n, v in zip(info.outputs, outputs))
         op = f"{info.domain}::{info.op_type}" if info.domain else info.op_type
-        print(f"[{state[0]:4d}] {info.name or '<unnamed>'} {op}-{info.version}  {ins} -> {outs}  "
+        print(f"[{count[0]:4d}] {'  ' * info.depth}{info.path} {op}-{info.version}  {ins} -> {outs}  "
               f"{elapsed * 1e3:.3f} ms", file=stream)
-        state[0] += 1
-        state[1] = time.perf_counter()
+        count[0] += 1
+        clock.done(info.depth, now)
 
     return hook
 

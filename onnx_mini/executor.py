@@ -7,17 +7,20 @@ from typing import Any, Callable
 
 from . import blas, parallel
 from .errors import OnnxMiniError
-from .plan import Plan, StepInfo
+from .plan import TRACING, Plan, StepInfo, Tracing
 from .schedule import MIN_BRANCH_SECONDS
 
-#: hook(info, inputs, outputs) called after each step when tracing; outputs is a tuple.
+#: hook(info, inputs, outputs) called after each step when tracing, the steps of bodies (If, Loop,
+#: Scan, SequenceMap, ...) included, each right after it ran (so before its parent's call);
+#: info.scope / info.path / info.depth say where the step is; outputs is a tuple.
 Hook = Callable[[StepInfo, tuple, tuple], None]
 
 
-def execute(plan: Plan, slots: list[Any], hook: Hook | None = None) -> list[Any]:
-    """Run every step on `slots` (from inputs.bind_inputs) and return the graph outputs."""
+def execute(plan: Plan, slots: list[Any], hook: Hook | None = None, scope: tuple[str, ...] = ()) -> list[Any]:
+    """Run every step on `slots` (from inputs.bind_inputs) and return the graph outputs.
+    scope: where the plan runs (a body: its parent step's scope and the body's key; SubPlan.run)."""
     if hook is not None:
-        return _execute_hooked(plan, slots, hook)
+        return _execute_hooked(plan, slots, hook, scope)
     if plan.blocks and blas.splitting() and parallel.threads() > 1:
         return _execute_blocks(plan, slots)
     # No local keeps a result past its step: inplace.py counts the references to an input to know
@@ -41,21 +44,34 @@ def _store(out: tuple, results, slots: list[Any]) -> None:
         slots[o] = v
 
 
-def _execute_hooked(plan: Plan, slots: list[Any], hook: Hook) -> list[Any]:
-    """Same walk with a call-out per step; kept apart so the plain loop pays nothing for it."""
-    for step, info in zip(plan.steps, plan.infos):
-        fn, ins, out, frees = step
-        args = [slots[i] for i in ins]
-        try:
-            result = fn(*args)
-        except Exception as e:
-            raise _failure(plan, step, slots, e) from e
-        results = (result,) if out.__class__ is int else tuple(result)
-        for o, v in zip((out,) if out.__class__ is int else out, results):
-            slots[o] = v
-        hook(info, tuple(args), results)
-        for f in frees:
-            slots[f] = None
+def _execute_hooked(plan: Plan, slots: list[Any], hook: Hook, scope: tuple[str, ...]) -> list[Any]:
+    """Same walk with a call-out per step; kept apart so the plain loop pays nothing for it. The
+    hook and the running step's scope sit in TRACING, so that the bodies a step runs run hooked."""
+    tracing = Tracing(hook)
+    token = TRACING.set(tracing)
+    try:
+        for step, info in zip(plan.steps, plan.scoped_infos(scope)):
+            fn, ins, out, frees = step
+            args = [slots[i] for i in ins]
+            tracing.scope = info.scope
+            try:
+                result = fn(*args)
+            except Exception as e:
+                if getattr(e, "_from_hook", False):    # a body's hook failed: the caller's error, as is
+                    raise
+                raise _failure(plan, step, slots, e) from e
+            results = (result,) if out.__class__ is int else tuple(result)
+            for o, v in zip((out,) if out.__class__ is int else out, results):
+                slots[o] = v
+            try:
+                hook(info, tuple(args), results)
+            except Exception as e:
+                e._from_hook = True
+                raise
+            for f in frees:
+                slots[f] = None
+    finally:
+        TRACING.reset(token)
     return [slots[i] for i in plan.output_slots]
 
 

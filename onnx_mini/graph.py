@@ -43,6 +43,7 @@ class Node:
     index: int = 0              # position in the file, for a stable sort and messages
     captures: tuple[str, ...] = ()  # outer-scope values its subgraph attributes read
     opsets: dict[str, int] | None = None  # set on nodes inlined from a function body
+    fused_from: tuple[str, ...] = ()  # the written nodes an optimiser rewrite merged into this one (profile)
 
 
 @dataclass

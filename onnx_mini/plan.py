@@ -6,10 +6,16 @@ freed after), with a StepInfo per step saying what it is (for messages, tracing,
 template slot list (None, initializers, folded constants), and the graph inputs and outputs.
 A SubPlan is a body graph's plan (If branches, Loop/Scan bodies, SequenceMap, Gradient's forward
 graph) as the kernel owning it receives it: it runs the body once per call, with no planning.
+
+Hooks reach body steps through TRACING, a context variable the executor's hooked loop sets (the
+hook, and the scope of the step running): SubPlan.run reads it and runs the body hooked, its steps
+scoped below that step. A context variable is per thread and per task, so concurrent runs of one
+plan each see their own hook; with none set, a body runs the plain loop (one `get` per body run).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import contextvars
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -33,6 +39,52 @@ class StepInfo:
     kernel: Callable | None = field(default=None, compare=False)  # the factory's function (profile: its algorithm)
     heavy: bool = False                    # the kernel's fact: worth a thread hand-off (schedule.py)
     in_place: Callable | None = field(default=None, compare=False)   # the kernel's in-place form (inplace.py)
+    fused_from: tuple[str, ...] = ()       # the written nodes the optimiser merged into this one (Node.fused_from)
+    # Where the step sits, as a hook sees it: (label,) for a step of the model's graph, and for a
+    # body's step its parent's scope, the attribute holding the body, then its own label, e.g.
+    # ("Loop_0", "body", "If_2", "then_branch", "Add_1"). Empty in plan.infos (Plan.scoped_infos).
+    scope: tuple[str, ...] = ()
+
+    @property
+    def path(self) -> str:
+        return scope_path(self.scope, self.name)
+
+    @property
+    def depth(self) -> int:
+        return scope_depth(self.scope)
+
+
+def scope_path(scope: tuple[str, ...], name: str) -> str:
+    """'Loop_0/body/Add_1': the scope joined by '/' (node names may hold '/' too: scope is exact)."""
+    return "/".join(scope) if scope else name
+
+
+def scope_depth(scope: tuple[str, ...]) -> int:
+    """0 for a step of the model's graph, 1 inside a body, 2 inside a body's body, ..."""
+    return max(len(scope) - 1, 0) // 2
+
+
+def step_labels(infos: list[StepInfo]) -> list[str]:
+    """Each step's label in its plan: its node name, or `<OpType>_<step index>` when the name is empty
+    or shared with another step of the plan (inlined function bodies may repeat one)."""
+    seen: dict[str, int] = {}
+    for info in infos:
+        seen[info.name] = seen.get(info.name, 0) + 1
+    return [info.name if info.name and seen[info.name] == 1 else f"{info.name or info.op_type}_{i}"
+            for i, info in enumerate(infos)]
+
+
+class Tracing:
+    """The hook of a hooked run in progress and the scope of the step it is running (executor.py
+    sets it in TRACING; SubPlan.run reads it)."""
+    __slots__ = ("hook", "scope")
+
+    def __init__(self, hook: Callable, scope: tuple[str, ...] = ()):
+        self.hook = hook
+        self.scope = scope
+
+
+TRACING: contextvars.ContextVar[Tracing | None] = contextvars.ContextVar("onnx_mini_tracing", default=None)
 
 
 @dataclass(frozen=True)
@@ -56,9 +108,21 @@ class Plan:
     source: Graph | None = None        # the (optimised) graph the steps come from, for specialize.py
     blocks: tuple = ()                 # independent branches (schedule.Block), top-level plans only
     required_inputs: list[InputSpec] = field(init=False)   # inputs without an initializer default
+    _scoped: dict = field(init=False, repr=False, compare=False)   # scope prefix -> scoped_infos
 
     def __post_init__(self):
         self.required_inputs = [i for i in self.inputs if not i.has_default]
+        self._scoped = {}
+
+    def scoped_infos(self, prefix: tuple[str, ...] = ()) -> list[StepInfo]:
+        """The step infos a hook receives when this plan runs under `prefix` (() for the model's
+        graph): each with its scope set. Made once per prefix (a body has one: its parent's place)."""
+        infos = self._scoped.get(prefix)
+        if infos is None:      # two threads may both build it: equal lists, either one kept
+            infos = [replace(info, scope=(*prefix, label))
+                     for info, label in zip(self.infos, step_labels(self.infos))]
+            self._scoped[prefix] = infos
+        return infos
 
     def kernel_error(self, index: int, values: list, exc: BaseException) -> KernelError:
         info = self.infos[index]
@@ -95,13 +159,16 @@ class SubPlan:
                 extra, captured = rest[:_n_inputs - 1], rest[_n_inputs - 1:]
                 ... body.run([seq[i], *extra], captured) ...
     """
-    __slots__ = ("plan", "name", "n_captures", "_picks", "_input_slots", "_execute")
+    __slots__ = ("plan", "name", "key", "n_captures", "_picks", "_input_slots", "_execute")
 
     def __init__(self, plan: "Plan", name: str, captures: tuple[str, ...], node_captures: tuple[str, ...],
-                 execute: Callable[["Plan", list], list]):
-        """execute: the executor's loop (prepare.py hands it down: this module knows no later stage)."""
+                 execute: Callable[..., list], key: str = "body"):
+        """execute: the executor's loop, execute(plan, slots, hook=None, scope=()) (prepare.py hands it
+        down: this module knows no later stage). key: the attribute holding the graph ('then_branch',
+        'body', 'graphs[1]'), the body's part of its steps' scope."""
         self.plan = plan
         self.name = name
+        self.key = key
         self.n_captures = len(node_captures)
         where = {n: i for i, n in enumerate(node_captures)}
         slot_of = {n: i for i, n in enumerate(plan.slot_names)}
@@ -133,7 +200,10 @@ class SubPlan:
             slots[s] = v
         for s, p in self._picks:
             slots[s] = captured[p]
-        return self._execute(self.plan, slots)
+        tracing = TRACING.get()
+        if tracing is None:
+            return self._execute(self.plan, slots)
+        return self._execute(self.plan, slots, tracing.hook, (*tracing.scope, self.key))
 
     def __repr__(self) -> str:
         return (f"SubPlan({self.name!r}, inputs={self.input_names}, outputs={self.output_names}, "

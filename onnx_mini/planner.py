@@ -106,7 +106,8 @@ def build_plan(graph: Graph, opsets: dict[str, int], functions: dict[tuple[str, 
                 continue
         steps.append((fn, ins, out, ()))
         infos.append(StepInfo(node.name, node.op_type, node.domain, spec.since, opset,
-                              (*node.inputs, *node.captures), node.outputs, fn, spec.heavy, spec.in_place))
+                              (*node.inputs, *node.captures), node.outputs, fn, spec.heavy, spec.in_place,
+                              node.fused_from))
 
     missing = [v.name for v in graph.outputs if v.name not in slots]
     if missing:
@@ -214,7 +215,7 @@ def _subplans(node: Node, opsets: dict[str, int], functions, ctx: PlanContext, d
                           op_type=e.op_type, domain=e.domain, version=e.version, opset=e.opset) from e
         except GraphError as e:
             raise GraphError(f"subgraph {key!r} of node {node.name or node.op_type!r} ({node.op_type}): {e}") from e
-        return SubPlan(plan, g.name or key, outer, node.captures, ctx.execute)
+        return SubPlan(plan, g.name or key, outer, node.captures, ctx.execute, key)
 
     attrs = dict(node.attrs)
     for k, v in node.attrs.items():

@@ -41,6 +41,14 @@ def unpadded(attrs: dict) -> bool:
     return (not any(int(p) for p in attrs.get("pads", ()) or ())
             and attrs.get("auto_pad", "NOTSET") in ("NOTSET", "VALID"))
 
+
+def written_nodes(nodes: list[Node]) -> tuple[str, ...]:
+    """The nodes of the graph as written that `nodes` stand for: their own fused_from, or their name
+    (`<OpType>@<position in the graph>` when unnamed)."""
+    labels = (n.fused_from or (n.name or f"{n.op_type}@{n.index}",) for n in nodes)
+    return tuple(dict.fromkeys(x for group in labels for x in group))
+
+
 class Context:
     """One graph under optimisation. Passes read it through these helpers and rewrite `nodes` via
     `replace`; `refresh()` rebuilds the producer/consumer maps after a pass."""
@@ -157,7 +165,10 @@ class Context:
 
     def replace(self, old: list[Node], new: list[Node]) -> None:
         """Remove the `old` nodes; the `new` ones take the place of the last of them.
-        The producer/consumer maps are updated for just these nodes."""
+        The producer/consumer maps are updated for just these nodes. Several nodes becoming one (a
+        fusion, a fold) leave their names on it (Node.fused_from), for the profile to show."""
+        if len(old) > 1 and len(new) == 1:
+            new = [replace(new[0], fused_from=written_nodes(old))]
         ids = {id(n) for n in old}
         key = max(self._key[i] for i in ids)
         for i in ids:
@@ -178,7 +189,10 @@ class Context:
             self._index(n)
 
     def fused_node(self, anchor: Node, op_type: str, inputs, outputs, attrs: dict) -> Node:
-        return Node(name=f"{anchor.name or anchor.op_type}/{op_type}", op_type=op_type, domain=FUSED_DOMAIN,
+        # named after the anchor ('conv1/Conv', kept when fused again); unnamed if it is: the profile
+        # then calls it `<OpType>_<step>` and lists the nodes it replaced (fused_from)
+        name = anchor.name if anchor.domain == FUSED_DOMAIN else f"{anchor.name}/{op_type}" if anchor.name else ""
+        return Node(name=name, op_type=op_type, domain=FUSED_DOMAIN,
                     inputs=tuple(inputs), outputs=tuple(outputs), attrs=attrs, index=anchor.index)
 
     # -- constants ------------------------------------------------------------------------------
