@@ -1,15 +1,17 @@
 """The `onnx-mini` command line.
 
-    onnx-mini info MODEL                      describe a model (works on any loadable model)
-    onnx-mini run MODEL [-i NAME=FILE] ...    run once, print (and --save) the outputs
+    onnx-mini info MODEL [--full]             describe a model (works on any loadable model)
+    onnx-mini run MODEL [-i NAME=FILE] ...    run, print (and --save) the outputs, time first and later runs
     onnx-mini bench MODEL [--vs onnxruntime]  latency percentiles
     onnx-mini profile MODEL [--html F] ...    time and memory by node and by operator type
-    onnx-mini compare MODEL [--vs ...]        the first node where onnx_mini and another runtime differ
+    onnx-mini compare MODEL [--vs ...]        do the outputs agree with another runtime? where values part
     onnx-mini ops [--missing] [--model M]     what onnx_mini can run
     --plugin FILE.py (any command)            import user kernels (onnx_mini.kernel) first
+    --no-optimize (run, bench, profile, compare)  run the graph as written
 
-Exit codes: 0 ok (compare: the runtimes agree), 1 a model, input or run error (compare: they
-differ), 2 a usage error. Expected errors print one message on stderr, never a traceback.
+Exit codes: 0 ok (compare: the outputs agree), 1 a model, input or run error (compare: an output
+differs), 2 a usage error. Expected errors print one message on stderr, never a traceback; output
+cut short by its reader (`| head`) ends quietly.
 Each command imports what it needs when it runs (its functions' imports): `info` on a model, say,
 never loads the kernels, so it answers fast. None of them dodges an import cycle (the CLI is the
 last layer: backend_tests/core/test_architecture.py).
@@ -119,12 +121,14 @@ def model_needs(proto) -> list[dict]:
             counts.setdefault(key, 0)
             where.setdefault(key, ops)
     from .coverage import support
+    from .loader import implied_opsets
     rows = []
     for (domain, op), count in sorted(counts.items()):
         if (domain, op) in local:
             rows.append(dict(domain=domain, op=op, count=count, version=None, status="model function", problem=""))
             continue
-        version, status, problem = support(domain, op, where[(domain, op)].get(domain))
+        # a domain the model does not import runs at its implied version, as at load (loader.implied_opsets)
+        version, status, problem = support(domain, op, where[(domain, op)].get(domain, implied_opsets().get(domain)))
         status = "function body" if status == "typed function body" else status
         rows.append(dict(domain=domain, op=op, count=count, version=version, status=status, problem=problem))
     return rows
@@ -148,15 +152,19 @@ def _info(args) -> int:
     print(f"producer: {producer or '-'}; graph: {g.name or '-'}; domain: {proto.domain or '-'}; "
           f"model version: {proto.model_version}")
     if proto.doc_string:
-        print(f"description: {proto.doc_string.strip()[:300]}")
+        print(f"description: {_shorten(proto.doc_string.strip(), args.full)}")
     if proto.metadata_props:
         print("metadata:")
-        for p in proto.metadata_props:
-            print(f"  {p.key}: {p.value}")
+        props = proto.metadata_props if args.full else proto.metadata_props[:_MAX_PROPS]
+        for p in props:
+            print(f"  {p.key}: {_shorten(p.value, args.full)}")
+        if len(props) < len(proto.metadata_props):
+            print(f"  ... {len(proto.metadata_props) - len(props)} more (--full shows all)")
     inits = {t.name for t in g.initializer} | {s.values.name for s in g.sparse_initializer}
     weights = sum(int(np.prod(t.dims, dtype=np.int64)) for t in g.initializer)
-    print(f"nodes: {len(g.node)}; initializers: {len(inits)} ({weights:,} elements); "
-          f"model functions: {len(proto.functions)}")
+    inner = sum(1 for _ in _walk_nodes(g.node, {})) - len(g.node)
+    print(f"nodes: {len(g.node)}" + (f" (+{inner} in subgraphs)" if inner else "")
+          + f"; initializers: {len(inits)} ({weights:,} elements); model functions: {len(proto.functions)}")
     for title, values in (("inputs", [v for v in g.input if v.name not in inits]), ("outputs", g.output)):
         print(f"{title}:")
         for v in values:
@@ -185,25 +193,87 @@ def _op_label(r: dict) -> str:
     return f"{r['domain']}::{r['op']}" if r["domain"] else r["op"]
 
 
+# A model's metadata may hold whole files (a vocabulary, a config): info shows the start of each value.
+_MAX_CHARS, _MAX_LINES, _MAX_PROPS = 200, 3, 50
+
+
+def _shorten(text: str, full: bool) -> str:
+    """text, or its first lines and characters with how much was cut; later lines indented."""
+    lines = text.splitlines() or [""]
+    cut = "\n".join(lines[:_MAX_LINES])[:_MAX_CHARS]
+    if not full and cut != text:
+        text = f"{cut} … ({len(text):,} chars, --full shows all)"
+    return text.replace("\n", "\n    ")
+
+
 # -- inputs: files or random values -------------------------------------------------------------------
 
-def _session(path: str):
+def _session(path: str, optimize: bool = True):
     from .session import InferenceSession
-    return InferenceSession(path)
+    return InferenceSession(path, optimize=optimize)
 
 
-def _session_and_feeds(args) -> tuple[Any, dict[str, Any]]:
+def _session_and_feeds(args, optimize: bool | None = None) -> tuple[Any, dict[str, Any]]:
     """The model's session, and the feeds: from -i files, random for the inputs not given."""
-    sess = _session(args.model)
+    sess = _session(args.model, not args.no_optimize if optimize is None else optimize)
     return sess, make_feeds(args, list(sess.prepared.plan.required_inputs))
 
 
 def _dim_arg(item: str) -> tuple[str, int]:
-    """--dim NAME=VALUE (checked by argparse: a bad one is a usage error)."""
-    name, eq, value = item.partition("=")
+    """--dim NAME=VALUE or INPUT:AXIS=VALUE (the form checked by argparse: a bad one is a usage error;
+    the names against the model by _resolve_dims)."""
+    name, eq, value = item.rpartition("=")
     if not eq or not name.strip() or not re.fullmatch(r"\s*\d+\s*", value):
-        raise argparse.ArgumentTypeError(f"expects NAME=VALUE with a non-negative integer VALUE, got {item!r}")
+        raise argparse.ArgumentTypeError(f"expects NAME=VALUE or INPUT:AXIS=VALUE with a non-negative integer "
+                                         f"VALUE, got {item!r}")
     return name.strip(), int(value)
+
+
+def _tensor_type(t: TypeInfo | None) -> TypeInfo | None:
+    """The tensor type whose dims a random value of type t follows (a sequence's or optional's element)."""
+    while t is not None and t.kind in ("sequence", "optional"):
+        t = t.inner
+    return t if t is not None and t.kind == "tensor" else None
+
+
+def _free_dims(specs: list) -> dict[str, list[tuple[str, int]]]:
+    """Every dimension the inputs leave free, by its --dim key ('batch', or 'x:1' for an unnamed one):
+    [(input, axis), ...] where it occurs."""
+    free: dict[str, list[tuple[str, int]]] = {}
+    for s in specs:
+        t = _tensor_type(s.type)
+        for axis, d in enumerate(() if t is None or t.shape is None else t.shape):
+            if not isinstance(d, int):
+                free.setdefault(d if isinstance(d, str) else f"{s.name}:{axis}", []).append((s.name, axis))
+    return free
+
+
+def _resolve_dims(items: list[tuple[str, int]], specs: list) -> dict[str, int]:
+    """--dim values by free-dimension key; a name no input has, or an axis that is not free, is a usage
+    error listing what can be set. INPUT:AXIS of a named dimension sets the name."""
+    free = _free_dims(specs)
+    by_input = {s.name: _tensor_type(s.type) for s in specs}
+    dims: dict[str, int] = {}
+    for key, value in items:
+        if key not in free:
+            name, _, axis = key.rpartition(":")
+            t = by_input.get(name)
+            if name in by_input and re.fullmatch(r"-?\d+", axis) and t is not None and t.shape is not None:
+                rank, a = len(t.shape), int(axis)
+                if not -rank <= a < rank:
+                    raise UsageError(f"--dim {key}: input {name!r} has rank {rank}")
+                d = t.shape[a % rank]
+                if isinstance(d, int):
+                    raise UsageError(f"--dim {key}: dimension {a % rank} of input {name!r} is fixed at {d}")
+                key = d if isinstance(d, str) else f"{name}:{a % rank}"
+            else:
+                known = ("the inputs' free dimensions: " + ", ".join(free) if free else
+                         "the inputs have no free dimension")
+                example = f"{specs[0].name}:0" if specs else "x:0"
+                raise UsageError(f"--dim {key}: no input has a dimension named {key!r}; {known} "
+                                 f"(an unnamed one is set as INPUT:AXIS=N, e.g. --dim {example}=4)")
+        dims[key] = value
+    return dims
 
 
 def _input_arg(item: str) -> str:
@@ -279,17 +349,17 @@ def _read_pb(path: str, t: TypeInfo | None) -> Any:
     return numpy_helper.to_optional(proto)
 
 
-def random_value(t: TypeInfo | None, rng: np.random.Generator, dims: dict[str, int], notes: list[str]) -> Any:
+def random_value(t: TypeInfo | None, rng: np.random.Generator, size, notes: list[str]) -> Any:
     """A random value of a declared type: floats ~ N(0, 1), integers in [0, 5), random booleans and
-    words; symbolic dimensions from `dims` (else 1), unknown ones 1. What was assumed goes to notes."""
+    words; size(axis, dim) gives each dimension that is not a number. What was assumed goes to notes."""
     import onnx
     if t is None:
         notes.append("type unknown: a float32 scalar")
         return np.array(rng.standard_normal(), np.float32)
     if t.kind == "sequence":
-        return [random_value(t.inner, rng, dims, notes) for _ in range(2)]
+        return [random_value(t.inner, rng, size, notes) for _ in range(2)]
     if t.kind == "optional":
-        return random_value(t.inner, rng, dims, notes)
+        return random_value(t.inner, rng, size, notes)
     if t.kind == "map":
         keys = ["a", "b", "c"] if t.key_type == onnx.TensorProto.STRING else [0, 1, 2]
         elem = t.inner.elem_type if t.inner is not None and t.inner.kind == "tensor" else 1
@@ -300,19 +370,8 @@ def random_value(t: TypeInfo | None, rng: np.random.Generator, dims: dict[str, i
         notes.append("rank unknown: a scalar")
         shape: tuple = ()
     else:
-        shape = tuple(_dim(d, dims, notes) for d in t.shape)
+        shape = tuple(d if isinstance(d, int) else size(axis, d) for axis, d in enumerate(t.shape))
     return _random_array(t.elem_type, shape, rng)
-
-
-def _dim(d, dims: dict[str, int], notes: list[str]) -> int:
-    if isinstance(d, int):
-        return d
-    if isinstance(d, str) and d in dims:
-        return dims[d]
-    note = f"dim {d!r} = 1, set with --dim {d}=N" if isinstance(d, str) else "an unnamed dim = 1"
-    if note not in notes:
-        notes.append(note)
-    return 1
 
 
 def _random_array(elem: int, shape: tuple, rng: np.random.Generator) -> np.ndarray:
@@ -334,22 +393,49 @@ def _random_array(elem: int, shape: tuple, rng: np.random.Generator) -> np.ndarr
 
 
 def make_feeds(args, specs: list) -> dict[str, Any]:
-    """The given inputs, plus random ones for those not given; says on stderr what it made up."""
+    """The given inputs, plus random ones for those not given; says on stderr what it made up and on
+    stdout the value of every free dimension. Sets args.hint, the advice an error while running gets."""
     feeds = _load_given(args.input, specs)
-    dims = dict(args.dim)
+    dims = _resolve_dims(args.dim, specs)
     rng = np.random.default_rng(args.seed)
-    made = []
+    made, defaulted = [], {}
     for s in specs:
         if s.name not in feeds:
+            def size(axis: int, d, name=s.name) -> int:
+                key = d if isinstance(d, str) else f"{name}:{axis}"
+                if key not in dims:
+                    defaulted[key] = 1
+                return dims.get(key, 1)
             notes: list[str] = []
-            feeds[s.name] = random_value(s.type, rng, dims, notes)
+            feeds[s.name] = random_value(s.type, rng, size, notes)
             made.append((s.name, feeds[s.name], notes))
     if made:
         print(f"{'no inputs given' if not args.input else 'inputs not given'}: random inputs "
               f"(seed {args.seed}):", file=sys.stderr)
         for name, value, notes in made:
             print(f"  {name}: {_describe(value)}" + (f"  ({'; '.join(notes)})" if notes else ""), file=sys.stderr)
+    chosen = _chosen_dims(specs, feeds)
+    if chosen:
+        print("dims: " + ", ".join(f"{k}={v}" + (" (default)" if k in defaulted else "") for k, v in chosen.items()))
+    if defaulted:
+        args.hint = (f"the inputs were random with {', '.join(f'{k}=1' for k in defaulted)} by default: set "
+                     "dimensions with --dim NAME=N or --dim INPUT:AXIS=N, or give the inputs with -i NAME=FILE")
+    elif made:
+        args.hint = "the inputs were random: give real ones with -i NAME=FILE"
     return feeds
+
+
+def _chosen_dims(specs: list, feeds: dict) -> dict[str, int]:
+    """The size each free dimension has in the feeds (random or given), by --dim key."""
+    chosen: dict[str, int] = {}
+    for key, where in _free_dims(specs).items():
+        for name, axis in where:
+            value = feeds.get(name)
+            while isinstance(value, list) and value:        # a sequence: its first element's dims
+                value = value[0]
+            if isinstance(value, np.ndarray) and axis < value.ndim:
+                chosen.setdefault(key, value.shape[axis])
+    return chosen
 
 
 def _describe(value: Any) -> str:
@@ -359,19 +445,48 @@ def _describe(value: Any) -> str:
 
 # -- run ----------------------------------------------------------------------------------------------
 
+# Without --runs, `run` times a few more runs when the first is quick, within about half a second;
+# a slow model runs once, so that `run` stays as quick as one run can be.
+_AUTO_RUNS, _AUTO_FIRST, _AUTO_BUDGET = 10, 0.2, 0.5
+
+
 def _run(args) -> int:
-    sess, feeds = _session_and_feeds(args)
+    if args.runs is not None and args.runs < 0:
+        raise UsageError("--runs must be at least 0")
+    from .catalog import load_all_ops
+    load_all_ops()                   # once per process, not the model's cost: kept out of the timing
+    start = time.perf_counter()
+    sess = _session(args.model, not args.no_optimize)
+    prepared = time.perf_counter() - start
+    feeds = make_feeds(args, list(sess.prepared.plan.required_inputs))
     names = args.output or [o.name for o in sess.get_outputs()]
     start = time.perf_counter()
     outputs = sess.run(names, feeds)
-    elapsed = time.perf_counter() - start
+    first = time.perf_counter() - start
     np.set_printoptions(threshold=args.threshold, edgeitems=3)
     for name, value in zip(names, outputs):
         print(f"{name}: {_describe(value)}\n{value}")
-    print(f"ran in {elapsed * 1e3:.2f} ms")
+    sys.stdout.flush()
+    times: list[float] = []
+    runs = args.runs if args.runs is not None else _AUTO_RUNS if first < _AUTO_FIRST else 0
+    while len(times) < runs and (args.runs is not None or sum(times) < _AUTO_BUDGET):
+        start = time.perf_counter()
+        sess.run(names, feeds)
+        times.append(time.perf_counter() - start)
+    line = f"first run {_ms(first)} (load and prepare {_ms(prepared)})"
+    if times:
+        line += f", then {_ms(float(np.median(times)))} median over {len(times)} run(s)"
+    elif args.runs is None:
+        line += "; --runs N times N more runs"
+    print(line)
     if args.save:
         _save(Path(args.save), names, outputs, feeds)
     return 0
+
+
+def _ms(seconds: float) -> str:
+    ms = seconds * 1e3
+    return f"{ms:.0f} ms" if ms >= 100 else f"{ms:.1f} ms" if ms >= 10 else f"{ms:.2f} ms"
 
 
 def _filename(name: str) -> str:
@@ -467,10 +582,12 @@ def _profile(args) -> int:
 
 def _compare(args) -> int:
     from .compare import compare
-    sess, feeds = _session_and_feeds(args)
+    # compare runs onnx_mini unoptimised (every node of the model runs, so every value compares): the
+    # session here only lists the inputs, no need to optimise it either
+    sess, feeds = _session_and_feeds(args, optimize=False)
     result = compare(args.model, feeds, against=args.vs, rtol=args.rtol, atol=args.atol)
     print(result)
-    return 0 if result.ok else 1
+    return 0 if result.outputs_agree else 1
 
 
 # -- ops ----------------------------------------------------------------------------------------------
@@ -515,9 +632,14 @@ def _model_command(sub, name: str, help: str, func, *, inputs: bool = True) -> a
         p.add_argument("-i", "--input", action="append", default=[], metavar="NAME=FILE", type=_input_arg,
                        help="an input from a .npy, .npz or .pb (TensorProto) file; FILE.npz alone gives every "
                             "array it holds, by name. Inputs not given are random")
-        p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE", type=_dim_arg,
-                       help="the value of a symbolic dimension for random inputs (default 1)")
+        p.add_argument("--dim", action="append", default=[], metavar="NAME=N|INPUT:AXIS=N", type=_dim_arg,
+                       help="the size of a free dimension of the random inputs, by name (batch=4) or by input "
+                            "and axis (x:0=4); default 1")
         p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+        p.add_argument("--no-optimize", action="store_true",
+                       help="run the graph as written, without onnx_mini's graph rewrites"
+                            + (" (compare always does: every node's output is compared)" if name == "compare"
+                               else ""))
     p.set_defaults(func=func)
     return p
 
@@ -533,14 +655,18 @@ def build_parser() -> argparse.ArgumentParser:
                                      epilog="exit codes: 0 ok, 1 model or run error, 2 usage error")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    _model_command(sub, "info", "describe a model: opsets, producer, inputs, outputs, operators", _info,
-                   inputs=False)
+    p = _model_command(sub, "info", "describe a model: opsets, producer, inputs, outputs, operators", _info,
+                       inputs=False)
+    p.add_argument("--full", action="store_true", help="show long metadata values and descriptions whole")
 
-    p = _model_command(sub, "run", "run a model once and print its outputs", _run)
+    p = _model_command(sub, "run", "run a model, print its outputs and how long the first and later runs took",
+                       _run)
     p.add_argument("-o", "--output", action="append", default=[], metavar="NAME",
                    help="a value to print (any intermediate value may be named); default: the outputs")
     p.add_argument("--save", metavar="DIR", help="write the outputs as NAME.npy and the inputs as inputs.npz")
     p.add_argument("--threshold", type=int, default=200, help="numpy print threshold")
+    p.add_argument("--runs", type=int, metavar="N", default=None,
+                   help="timed runs after the first (default: up to 10 when the first takes under 0.2 s)")
 
     p = _model_command(sub, "bench", "latency percentiles, optionally against onnxruntime", _bench)
     _repeat_options(p, 20, 2, "timed")
@@ -553,11 +679,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", metavar="FILE", help="write a Chrome trace (ui.perfetto.dev, chrome://tracing)")
     p.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
 
-    p = _model_command(sub, "compare", "the first node where onnx_mini and another runtime differ", _compare)
+    p = _model_command(sub, "compare", "do the outputs agree with another runtime's? and the first node where "
+                       "values differ", _compare)
     p.add_argument("--vs", choices=["onnxruntime", "reference"], default="onnxruntime",
                    help="the other runtime (default onnxruntime; reference = onnx.reference)")
-    p.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance (default 1e-4)")
-    p.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
+    p.add_argument("--rtol", type=float, default=None,
+                   help="relative tolerance for every float type (default by type: float32 1e-4)")
+    p.add_argument("--atol", type=float, default=None,
+                   help="absolute tolerance for every float type (default by type, relative to each tensor's "
+                        "largest value: float32 1e-5 * max|value|)")
 
     p = sub.add_parser("ops", help="the operator table; --missing: what cannot run; --model: one model's needs")
     p.add_argument("--missing", action="store_true", help="list what cannot run instead")
@@ -588,6 +718,16 @@ def load_plugins(plugins: list[str]) -> None:
             importlib.import_module(plugin)
 
 
+def _check_model_file(path: str) -> None:
+    """A directory or an empty file named as the model: say so (the loader's messages are about protobuf)."""
+    if os.path.isdir(path):
+        inside = sorted(f for f in os.listdir(path) if f.endswith(".onnx"))[:5]
+        raise OnnxMiniError(f"{path} is a directory, not a model file"
+                            + (f" (it holds {', '.join(inside)})" if inside else ""))
+    if os.path.isfile(path) and os.path.getsize(path) == 0:
+        raise OnnxMiniError(f"{path} is empty (0 bytes): not an ONNX model")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -596,13 +736,27 @@ def main(argv: list[str] | None = None) -> int:
         return int(e.code or 0)
     try:
         load_plugins(args.plugin)
-        return args.func(args)
+        if getattr(args, "model", None):
+            _check_model_file(args.model)
+        code = args.func(args)
+        sys.stdout.flush()           # a reader gone (| head) shows here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        # the reader closed the pipe: stop quietly, as a killed Unix filter does (128 + SIGPIPE);
+        # stdout goes to devnull so that the interpreter's final flush does not complain again
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 141
     except UsageError as e:
         args.parser.print_usage(sys.stderr)
         print(f"onnx-mini {args.command}: error: {e}", file=sys.stderr)
         return 2
     except OnnxMiniError as e:
         print(f"onnx-mini: error: {e}", file=sys.stderr)
+        if getattr(args, "hint", None):
+            print(f"onnx-mini: hint: {args.hint}", file=sys.stderr)
         return 1
     except OSError as e:             # files: -i, --save, --json, ...
         print(f"onnx-mini: error: {e}", file=sys.stderr)
