@@ -1,8 +1,8 @@
 """A script written for onnxruntime that runs unchanged on onnx_mini.
 
 Everything below the import is plain onnxruntime code: options, providers, the model's description,
-a run of every output, a run of one output, runs from several threads. Only the
-import line decides which runtime does the work:
+a run of every output, a run of one output, runs from several threads, OrtValue and IOBinding, a
+profiled session and its JSON trace. Only the import line decides which runtime does the work:
 
     python examples/ort_swap.py                    # import onnx_mini as ort
     python examples/ort_swap.py --onnxruntime      # import onnxruntime as ort
@@ -14,6 +14,7 @@ ArgMax) is built with onnx.helper and saved to a temporary folder, as an exporte
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -89,10 +90,33 @@ def main() -> int:
         with ThreadPoolExecutor(4) as pool:
             threaded = list(pool.map(lambda x: sess.run(["label"], {input_name: x})[0], batches))
         print("threaded labels:", [classes[i] for part in threaded for i in part])
+
+        features_value = ort.OrtValue.ortvalue_from_numpy(features)
+        (label_value,) = sess.run_with_ort_values(["label"], {input_name: features_value})
+        print(f"OrtValue: {label_value.data_type()} {label_value.shape()} on {label_value.device_name()}")
+        binding = sess.io_binding()
+        binding.bind_ortvalue_input(input_name, features_value)
+        binding.bind_output("probabilities")
+        sess.run_with_iobinding(binding)
+        (bound_probabilities,) = binding.copy_outputs_to_cpu()
+
+        profiling = ort.SessionOptions()
+        profiling.enable_profiling = True
+        profiling.profile_file_prefix = os.path.join(tmp, "classifier_profile")
+        profiled = ort.InferenceSession(path, sess_options=profiling, providers=["CPUExecutionProvider"])
+        for _ in range(3):
+            profiled.run(None, {input_name: features})
+        with open(profiled.end_profiling()) as f:
+            trace = json.load(f)
+        node_events = [e for e in trace if e["cat"] == "Node"]
+        print(f"profile: {sum(e['name'] == 'model_run' for e in trace)} runs, every node event timed on "
+              f"{sorted({e['args']['provider'] for e in node_events})}")
         # ---------------------------------------------------------------------------------------
 
     assert np.array_equal(probs_only, probabilities)
     assert np.array_equal(np.concatenate(threaded), label)
+    assert np.array_equal(label_value.numpy(), label) and np.array_equal(bound_probabilities, probabilities)
+    assert node_events and all(e["ph"] == "X" and e["name"].endswith("_kernel_time") for e in node_events)
     if args.save:
         np.savez(args.save, label=label, probabilities=probabilities)
     return 0

@@ -22,8 +22,17 @@ class GraphError(OnnxMiniError):
     """The graph is not executable: a cycle, or a value that nothing produces."""
 
 
-class InputError(OnnxMiniError):
-    """The inputs given to run() do not match the graph's declared inputs."""
+class InputError(OnnxMiniError, ValueError):
+    """The inputs given to run() do not match the graph's declared inputs (or an output asked for is
+    not a value of the graph). Also a ValueError, as onnxruntime's error for a missing input."""
+
+
+class ArgumentError(OnnxMiniError, ValueError):
+    """An argument of onnx_mini's API is out of range or of the wrong kind (not a model or input)."""
+
+
+class UnsupportedDeviceError(OnnxMiniError, RuntimeError):
+    """A device other than the CPU was asked for (a RuntimeError, as onnxruntime's CPU build raises)."""
 
 
 class ResourceLimitError(OnnxMiniError, ValueError):

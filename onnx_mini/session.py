@@ -10,21 +10,35 @@ runs, so `run` may be called from many threads at once. SessionOptions / RunOpti
 onnxruntime's fields; the ones onnx_mini acts on are honoured (graph_optimization_level ->
 optimize, log_severity_level 0 -> the per-node trace), every other field set to a non-default value
 is reported once per process by an IgnoredOptionWarning, never dropped silently.
+
+Beyond run(): OrtValue and IOBinding (ort_api.py) with run_with_ort_values / io_binding /
+run_with_iobinding, profiling (SessionOptions.enable_profiling: end_profiling() writes onnxruntime's
+JSON trace of per-node times), the module's logger severity. A name of onnxruntime's API that onnx_mini
+lacks raises an AttributeError saying what to use instead (ort_api.UNSUPPORTED).
 """
 from __future__ import annotations
 
 import enum
+import json
+import operator
+import os
 import sys
 import threading
+import time
 import warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import numpy as np
+
 from . import dtypes, loader
-from .engine import PreparedModel, trace_hook
-from .errors import InputError
+from .engine import PreparedModel, StepClock, trace_hook
+from .errors import ArgumentError, InputError
+from .executor import Hook
 from .graph import ModelMetadata, TypeInfo, ValueInfo
 from .inputs import export_outputs, type_string
+from .ort_api import IOBinding, OrtValue, missing_attribute
+from .plan import StepInfo
 
 CPU = "CPUExecutionProvider"
 
@@ -37,8 +51,39 @@ _warned: set[str] = set()
 _warned_lock = threading.Lock()
 
 
+# onnxruntime's default logger: severity 0 verbose, 1 info, 2 warning (its default), 3 error, 4 fatal.
+_logger = {"severity": 2, "verbosity": 0}
+
+
+def set_default_logger_severity(severity: int) -> None:
+    """As onnxruntime's (0 verbose .. 4 fatal; else an ArgumentError). In onnx_mini, 0 turns on the
+    per-node trace (stderr) of the sessions created afterwards whose SessionOptions.log_severity_level
+    is left at -1, and 3 or 4 (errors only) silence IgnoredOptionWarning."""
+    _logger["severity"] = _int_arg(severity, "set_default_logger_severity", 0, 4,
+                                   "0: verbose, 1: info, 2: warning, 3: error, 4: fatal")
+
+
+def set_default_logger_verbosity(verbosity: int) -> None:
+    """As onnxruntime's: any int is accepted. It has no effect, as in onnxruntime's release builds
+    (verbosity only applies to their debug-build VLOG messages)."""
+    _logger["verbosity"] = _int_arg(verbosity, "set_default_logger_verbosity")
+
+
+def _int_arg(value: Any, where: str, low: int | None = None, high: int | None = None, meaning: str = "") -> int:
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise ArgumentError(f"{where} expects an int, got {type(value).__name__} {value!r}") from None
+    if low is not None and not low <= value <= high:
+        raise ArgumentError(f"{where}: {value} is not in {low}..{high} ({meaning})")
+    return value
+
+
 def warn_once(key: str, message: str) -> None:
-    """Warn with `message` the first time `key` is seen in this process."""
+    """Warn with `message` the first time `key` is seen in this process (none while the default logger
+    severity is error or fatal)."""
+    if _logger["severity"] >= 3:
+        return
     with _warned_lock:
         if key in _warned:
             return
@@ -48,7 +93,6 @@ def warn_once(key: str, message: str) -> None:
 
 def _caller_level() -> int:
     """The stacklevel of the first frame outside onnx_mini (the user's line)."""
-    import os
     here = os.path.dirname(os.path.abspath(__file__))
     frame, level = sys._getframe(2), 2       # 1: warn_once's caller... counted from warnings.warn
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(here + os.sep):
@@ -90,7 +134,10 @@ class _Options:
         defaults = type(self)._DEFAULTS
         if name in defaults:
             return self._values.get(name, defaults[name])
-        raise AttributeError(f"{type(self).__name__} has no field {name!r}")
+        if name.startswith("_"):
+            raise AttributeError(name)
+        kind = type(self).__name__
+        raise missing_attribute(kind, name, missing=f"{kind} has no field {name!r}")
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name not in type(self)._DEFAULTS:
@@ -127,7 +174,8 @@ class SessionOptions(_Options):
     """onnxruntime.SessionOptions' fields. Honoured: graph_optimization_level (ORT_DISABLE_ALL runs the
     graph as written: optimize=False), intra_op_num_threads (caps the threads onnx_mini's own kernels
     split work over during this session's runs; numpy's BLAS keeps its own), log_severity_level
-    (0 = verbose: a per-node trace on stderr),
+    (0 = verbose: a per-node trace on stderr; -1: set_default_logger_severity's), enable_profiling and
+    profile_file_prefix (InferenceSession.end_profiling writes the trace),
     execution_mode ORT_SEQUENTIAL and use_deterministic_compute (onnx_mini is both). Every other field
     set to a non-default value warns once that it has no effect."""
     _DEFAULTS = {
@@ -145,8 +193,6 @@ class SessionOptions(_Options):
         "inter_op_num_threads": "onnx_mini runs nodes one after the other",
         "execution_mode": "onnx_mini runs nodes one after the other (ORT_SEQUENTIAL)",
         "execution_order": "onnx_mini runs nodes in a stable topological order",
-        "enable_profiling": "profiling is not available through SessionOptions",
-        "profile_file_prefix": "profiling is not available through SessionOptions",
         "optimized_model_filepath": "onnx_mini does not write optimised models",
         "enable_cpu_mem_arena": "onnx_mini allocates through numpy and frees values at their last use",
         "enable_mem_pattern": "onnx_mini allocates through numpy and frees values at their last use",
@@ -239,14 +285,21 @@ class InferenceSession:
         for k in kwargs:
             warn_once(f"InferenceSession.{k}", f"onnx_mini ignores InferenceSession argument {k!r}")
         self._options = opts
+        self._start_profiling()
         if optimize is None:
             optimize = opts.optimize
-        if not verbose and opts.log_severity_level == 0:
+        if not verbose and _severity(opts.log_severity_level) == 0:
             verbose = True
+        start = time.perf_counter()
         with dtypes.model_limits(max_tensor_bytes):
             loaded = loader.load(path_or_bytes, base_dir)
+        loaded_at = time.perf_counter()
         self._prepared = PreparedModel(loaded, optimize=optimize, verbose=verbose, custom_ops=custom_ops,
                                        max_tensor_bytes=max_tensor_bytes)
+        if self._profiler is not None:
+            source = "uri" if isinstance(path_or_bytes, (str, os.PathLike)) else "array"
+            self._profiler.session_event(f"model_loading_{source}", start, loaded_at - start)
+            self._profiler.session_event("session_initialization", loaded_at, time.perf_counter() - loaded_at)
         self._init_names()
 
     def _init_names(self) -> None:
@@ -256,6 +309,12 @@ class InferenceSession:
             known.update(o for o in n.outputs if o)
         self._known = frozenset(known)
         self._all_outputs = tuple(v.name for v in g.outputs)
+        self._declared = {v.name: v.type for v in (*g.inputs, *g.outputs)}
+        self._parameters = frozenset(g.initializers)
+
+    def _start_profiling(self) -> None:
+        self._profiler = _Profiler(self._options.profile_file_prefix) if self._options.enable_profiling else None
+        self._profiling_start_ns = self._profiler.start_ns if self._profiler is not None else 0
 
     @classmethod
     def from_prepared(cls, prepared: PreparedModel) -> "InferenceSession":
@@ -263,6 +322,7 @@ class InferenceSession:
         self = cls.__new__(cls)
         self._options = SessionOptions()
         self._prepared = prepared
+        self._start_profiling()
         self._init_names()
         return self
 
@@ -273,7 +333,14 @@ class InferenceSession:
     def __setstate__(self, state: dict) -> None:
         self._prepared = state["prepared"]
         self._options = state["options"]
+        self._start_profiling()          # a copy profiles its own runs, into its own file
         self._init_names()
+
+    def __getattr__(self, name: str):
+        # only for names the class lacks: onnxruntime's that onnx_mini does not provide say what to use
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise missing_attribute("InferenceSession", name)
 
     # -- description --------------------------------------------------------------------------
     @property
@@ -306,24 +373,70 @@ class InferenceSession:
     def set_providers(self, providers=None, provider_options=None) -> None:
         _check_providers(providers, provider_options)
 
+    def enable_fallback(self) -> None:
+        """Nothing to fall back from: every node runs on CPUExecutionProvider."""
+
+    def disable_fallback(self) -> None:
+        """Nothing to fall back from: every node runs on CPUExecutionProvider."""
+
     def get_session_options(self) -> SessionOptions:
         return self._options
 
+    # -- profiling ------------------------------------------------------------------------------
     def end_profiling(self) -> str:
-        """onnxruntime's profile file name; onnx_mini writes none through a session (returns '')."""
-        return ""
+        """With SessionOptions.enable_profiling: stop profiling and write onnxruntime's profile (a JSON
+        list of Chrome-trace events: the session's loading and initialisation, each run, each node of
+        each run, times in microseconds) to '<profile_file_prefix>_<date>_<time>.json' in the current
+        folder (the prefix may hold a folder); returns that file name. Otherwise (or again) ''."""
+        profiler, self._profiler = self._profiler, None
+        return profiler.write() if profiler is not None else ""
+
+    def get_profiling_start_time_ns(self) -> int:
+        """When profiling started (ns since the epoch, as time.time_ns()); 0 without profiling."""
+        return self._profiling_start_ns
 
     # -- running ------------------------------------------------------------------------------
     def run(self, output_names: Sequence[str] | None, input_feed, run_options: RunOptions | None = None) -> list:
         """The values named by output_names (None or []: the graph's outputs; any intermediate value
-        of the main graph may be named) for input_feed (dict name -> numpy array, Python scalar or
-        nested list; declared element types convert Python values)."""
+        of the main graph may be named) for input_feed (dict name -> numpy array, OrtValue, Python
+        scalar or nested list; declared element types convert Python values)."""
+        return export_outputs(self._run(self._output_names(output_names), input_feed, run_options))
+
+    def run_with_ort_values(self, output_names: Sequence[str] | None, input_dict_ort_values,
+                            run_options: RunOptions | None = None) -> list[OrtValue]:
+        """run() with OrtValues in (numpy arrays are accepted too) and OrtValues out."""
+        names = self._output_names(output_names)
+        values = export_outputs(self._run(names, input_dict_ort_values, run_options))
+        return [OrtValue.from_output(v, self._declared.get(n)) for n, v in zip(names, values)]
+
+    def io_binding(self) -> IOBinding:
+        """An IOBinding for run_with_iobinding: inputs are the graph's (overridable initializers
+        included), outputs any value of the graph."""
+        return IOBinding(self, frozenset(v.name for v in self._prepared.model.graph.inputs), self._known)
+
+    def run_with_iobinding(self, iobinding: IOBinding, run_options: RunOptions | None = None) -> None:
+        """Run the binding's inputs; its outputs (get_outputs, copy_outputs_to_cpu) are this run's."""
+        if not isinstance(iobinding, IOBinding) or iobinding._session is not self:
+            raise ArgumentError("run_with_iobinding expects an IOBinding from this session's io_binding()")
+        names = tuple(iobinding._outputs)
+        if not names:
+            raise InputError("no output is bound: call bind_output(name) (or bind_ortvalue_output) first")
+        values = export_outputs(self._run(names, dict(iobinding._inputs), run_options))
+        iobinding._store(names, values, self._declared)
+
+    def _output_names(self, output_names: Sequence[str] | None) -> tuple[str, ...]:
         names = tuple(output_names) if output_names else self._all_outputs
         if names != self._all_outputs:
             unknown = [n for n in names if n not in self._known]
             if unknown:
                 raise InputError(f"unknown output name(s) {', '.join(map(repr, unknown))}: not a value of the "
                                  f"graph (its outputs are {', '.join(map(repr, self._all_outputs))})")
+        return names
+
+    def _run(self, names: tuple[str, ...], input_feed, run_options: RunOptions | None) -> list:
+        """The values `names` for these feeds, in the plan's form (export_outputs makes them the caller's)."""
+        if isinstance(input_feed, dict) and any(isinstance(v, OrtValue) for v in input_feed.values()):
+            input_feed = {k: v._value if isinstance(v, OrtValue) else v for k, v in input_feed.items()}
         hook = None
         if run_options is not None:
             if not isinstance(run_options, RunOptions):
@@ -333,8 +446,124 @@ class InferenceSession:
                 hook = trace_hook(self._prepared.verbose or True)
         if hook is None and self._prepared.verbose:
             hook = trace_hook(self._prepared.verbose)
-        plan = self._prepared.plan_for(names, input_feed)
-        return export_outputs(self._prepared.execute(plan, input_feed, hook, self._options.intra_op_num_threads))
+        threads = self._options.intra_op_num_threads
+        profiler = self._profiler
+        if profiler is None:
+            plan = self._prepared.plan_for(names, input_feed)
+            return self._prepared.execute(plan, input_feed, hook, threads)
+        recorder = _RunRecorder(profiler, hook, self._parameters)
+        try:
+            plan = self._prepared.plan_for(names, input_feed)
+            recorder.start()
+            return self._prepared.execute(plan, input_feed, recorder, threads)
+        finally:
+            recorder.finish()
+
+
+class _Profiler:
+    """One session's profile in onnxruntime's format: a list of Chrome-trace complete events ("ph": "X",
+    "ts" and "dur" in microseconds from the start of profiling), "Session" ones for loading,
+    initialisation and each run ("model_run"), a "Node" one per node run, named '<node>_kernel_time'
+    (unnamed nodes '<op>_<index>'), its args holding op_name, provider, node_index (the step's place
+    in its graph's run) and the inputs' and outputs' element types and shapes, with sizes in bytes.
+    Nodes are timed by engine.StepClock: "ts" when the node began, "dur" its time without the
+    profiler's bookkeeping. The nodes of control-flow bodies are events of their own (args: path, e.g.
+    'Loop_0/body/Add_1'; node_index counts on over a Loop's iterations), reported before their parent,
+    whose time includes theirs (as onnxruntime's If/Loop/Scan kernel times include their subgraphs)."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        self.start_ns = time.time_ns()
+        self.origin = time.perf_counter()
+        self.pid = os.getpid()
+        self.events: list[dict] = []
+        self.lock = threading.Lock()
+
+    def _event(self, cat: str, name: str, start: float, dur: float, args: dict) -> dict:
+        """start: time.perf_counter() seconds; dur: seconds."""
+        return {"cat": cat, "pid": self.pid, "tid": threading.get_native_id(), "dur": int(dur * 1e6),
+                "ts": int((start - self.origin) * 1e6), "ph": "X", "name": name, "args": args}
+
+    def session_event(self, name: str, start: float, dur: float) -> None:
+        event = self._event("Session", name, start, dur, {})
+        with self.lock:
+            self.events.append(event)
+
+    def add_run(self, steps: list[tuple], start: float, dur: float) -> None:
+        """File one run's events: steps as _RunRecorder collects them."""
+        events = []
+        for info, index, begin, took, ins, outs, acts, params, size in steps:
+            args = {"op_name": info.op_type, "provider": CPU, "node_index": str(index), "input_type_shape": ins,
+                    "output_type_shape": outs, "activation_size": str(acts), "parameter_size": str(params),
+                    "output_size": str(size)}
+            if info.depth:
+                args["path"] = info.path
+            label = info.scope[-1] if info.scope else info.name or f"{info.op_type}_{index}"
+            events.append(self._event("Node", f"{label}_kernel_time", begin, took, args))
+        events.append(self._event("Session", "model_run", start, dur, {}))
+        with self.lock:
+            self.events.extend(events)
+
+    def write(self) -> str:
+        when = time.localtime(self.start_ns // 10**9)
+        name = f"{self.prefix}_{time.strftime('%Y-%m-%d_%H-%M-%S', when)}_{self.start_ns // 10**6 % 1000:03d}.json"
+        with self.lock:
+            events = list(self.events)
+        with open(name, "w", encoding="utf-8") as f:
+            json.dump(events, f)
+        return name
+
+
+class _RunRecorder:
+    """The executor hook of one profiled run (calling `inner`, the trace, too). Inputs that are
+    initializers (`parameters`) count as parameter_size, the others as activation_size."""
+
+    def __init__(self, profiler: _Profiler, inner: Hook | None, parameters: frozenset):
+        self.profiler = profiler
+        self.inner = inner
+        self.parameters = parameters
+        self.steps: list[tuple] = []
+        self.run_start = time.perf_counter()
+        self.clock = StepClock()
+        self.counts: dict[tuple, int] = {}       # scope of a graph being run -> its steps seen so far
+
+    def start(self) -> None:
+        """The executor is entered now (planning and input checks are not the first node's)."""
+        self.clock.start()
+
+    def __call__(self, info: StepInfo, inputs: tuple, outputs: tuple) -> None:
+        now, start, took = self.clock.step(info.depth)
+        index = self.counts.get(info.scope[:-1], 0)
+        self.counts[info.scope[:-1]] = index + 1
+        if len(self.counts) > 1:                         # the bodies this step ran count afresh next time
+            for k in [k for k in self.counts if len(k) > len(info.scope) and k[:len(info.scope)] == info.scope]:
+                del self.counts[k]
+        params = acts = 0
+        for n, v in zip(info.inputs, inputs):
+            if isinstance(v, np.ndarray):
+                if n in self.parameters:
+                    params += v.nbytes
+                else:
+                    acts += v.nbytes
+        self.steps.append((info, index, start, took, _type_shapes(inputs), _type_shapes(outputs), acts, params,
+                           sum(v.nbytes for v in outputs if isinstance(v, np.ndarray))))
+        if self.inner is not None:
+            self.inner(info, inputs, outputs)
+        self.clock.done(info.depth, now)
+
+    def finish(self) -> None:
+        self.profiler.add_run(self.steps, self.run_start, time.perf_counter() - self.run_start)
+
+
+def _type_shapes(values) -> list[dict]:
+    """[{'float': [2, 3]}, ...] for the tensors among `values`, as onnxruntime's profile lists them."""
+    return [{dtypes.type_name(dtypes.ELEM_TYPE.get(v.dtype, 0)): list(v.shape)}
+            for v in values if isinstance(v, np.ndarray)]
+
+
+def _severity(level: int) -> int:
+    """A session's or run's log_severity_level, -1 meaning the default logger's."""
+    return _logger["severity"] if level == -1 else level
 
 
 def _check_providers(providers, provider_options) -> None:
@@ -362,4 +591,5 @@ def _foreign_options(opts: Any, cls: type) -> _Options:
 
 __all__ = ["InferenceSession", "SessionOptions", "RunOptions", "NodeArg", "GraphOptimizationLevel",
            "ExecutionMode", "ExecutionOrder", "IgnoredOptionWarning", "get_available_providers",
-           "get_all_providers", "get_device"]
+           "get_all_providers", "get_device", "set_default_logger_severity", "set_default_logger_verbosity",
+           "OrtValue", "IOBinding"]

@@ -22,7 +22,7 @@ LAYERS = [
     ("after planning", ["inplace", "schedule"]),
     ("execute", ["executor", "inputs"]),
     ("prepare", ["prepare", "specialize"]),
-    ("faces", ["engine", "backend", "session", "compare", "profile", "cli", "__init__"]),
+    ("faces", ["engine", "backend", "ort_api", "session", "compare", "profile", "cli", "__init__"]),
 ]
 
 
