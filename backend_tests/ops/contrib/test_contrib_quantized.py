@@ -745,7 +745,9 @@ def _ort_cases():
     cases.append(pytest.param("MatMulIntegerToFloat", [a8, b8, f(0.05), f([0.1, 0.2, 0.3, 0.4]), np.array(120, U8),
                                                        np.arange(4).astype(I8), np.ones(4, F32)],
                               1, {}, 1e-5, id="MatMulIntegerToFloat"))
-    cases.append(pytest.param("DynamicQuantizeMatMul", [rng.standard_normal((2, 3, 5)).astype(F32), b8,
+    # B within [-64, 63] in the two dynamic-quantized cases: onnxruntime's u8 x s8 kernel (x86) sums
+    # pairs of products in saturating int16, which 255 * 128 * 2 overflows (it gave 28.2 for 39.1 here)
+    cases.append(pytest.param("DynamicQuantizeMatMul", [rng.standard_normal((2, 3, 5)).astype(F32), b8 // 2,
                                                         f([0.1, 0.2, 0.3, 0.4]), np.full(4, 2, I8)],
                               1, {}, 1e-5, id="DynamicQuantizeMatMul"))
     for dt in (U8, I8):
@@ -777,7 +779,7 @@ def _ort_cases():
                            id="QuantizeLinear-axis"),
               pytest.param("DequantizeLinear", [q8(rng, I8, (2, 3)), np.array(0.04, np.float16), np.array(-3, I8)], 1,
                            {}, 0, id="DequantizeLinear-f16")]
-    w, r = rng.integers(-128, 128, (2, 3, 20)).astype(I8), rng.integers(-128, 128, (2, 5, 20)).astype(I8)
+    w, r = rng.integers(-128, 128, (2, 3, 20)).astype(I8) // 2, rng.integers(-128, 128, (2, 5, 20)).astype(I8) // 2
     cases.append(pytest.param("DynamicQuantizeLSTM", [
         rng.standard_normal((4, 2, 3)).astype(F32), w, r, rng.standard_normal((2, 40)).astype(F32), None, None, None,
         None, (rng.random((2, 20)) * 0.01).astype(F32), np.zeros((2, 20), I8), (rng.random(2) * 0.01).astype(F32),
