@@ -28,6 +28,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_ops.py
 	$(PY) benchmarks/bench_trees.py
 	$(PY) benchmarks/bench_suite.py
+	$(PY) benchmarks/bench_apps.py
 
 ops: $(STAMP)
 	$(PY) -m onnx_mini.cli ops
