@@ -2,12 +2,17 @@
 
     .venv/bin/python benchmarks/bench_core.py            # full run (under ~3 minutes)
     .venv/bin/python benchmarks/bench_core.py --quick    # fewer repetitions (under ~40 s)
+    .venv/bin/python benchmarks/bench_core.py --only control   # one case (chain, gather, reshape, control)
 
 Cases (see benchmarks/README.md):
   1. per-node overhead: a 1000-node dependency chain of tiny Add/Shape/Reshape/GatherElements nodes;
      for onnx_mini also the executor loop's own cost per node.
   2. GatherElements on 2048x2048 float32 with int64 indices in [-2048, 2048), axis 0 and axis 1.
   3. Shape -> Reshape chain on a 64 MB float32 tensor: should be free (views, no copies).
+  4. control flow: a Loop of 100 iterations over a tiny elementwise body and over a GRU-cell-like
+     MatMul body, a Scan of 100 steps of a small RNN cell; each against the same body run 100 times
+     from Python (prepared once as a model of its own), and against onnxruntime on 2 threads, in
+     alternating blocks after a pause (see `alternating`).
 
 All runtimes run in this process. Times are medians over repeats, after warm-up. A runtime that is
 missing or fails on a case is shown as 'n/a' (the reason is printed below the table); nothing here
@@ -63,6 +68,9 @@ RUNTIMES = ("onnx_mini", "onnxruntime", "onnx.reference")
 
 # Repetitions (full, quick). Each timed sample lasts at least MIN_SAMPLE seconds (inner loop).
 REPEATS = {"chain": (60, 7), "gather": (40, 5), "reshape": (60, 7)}
+# Alternating blocks (full, quick): how many blocks per runtime, how many timed calls per block.
+BLOCKS = {"control": ((5, 15), (2, 5))}
+PAUSE = 0.5   # seconds before each block: a runtime's spinning threads must not steal the next one's core
 MIN_SAMPLE = {False: 0.05, True: 0.01}
 
 
@@ -115,6 +123,43 @@ def measure_batch(make: Callable[[], Any], fn: Callable[[Any], Any], repeats: in
         if gc_was:
             gc.enable()
     return statistics.median(samples)
+
+
+def alternating(fns: dict[str, Callable[[], Any] | None], blocks: int, per_block: int,
+                errors: dict[str, str] | None = None) -> dict[str, float | None]:
+    """Median seconds per call of each fn, the runtimes taking turns in blocks: before each block a
+    PAUSE (onnxruntime's pool spins for a while after a call, stealing a core from whoever runs next)
+    and one untimed call, then `per_block` back-to-back timed calls; the median per block, then the
+    median over blocks. A None fn gives None, as one that raises (its error in `errors`)."""
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    live = {k: f for k, f in fns.items() if f is not None}
+    gc_was = gc.isenabled()
+    try:
+        for _ in range(blocks):
+            for name, fn in list(live.items()):
+                time.sleep(PAUSE)
+                try:
+                    fn()
+                    gc.disable()
+                    times = []
+                    for _ in range(per_block):
+                        t0 = time.perf_counter()
+                        fn()
+                        times.append(time.perf_counter() - t0)
+                except Exception as e:
+                    del live[name]
+                    samples[name] = []
+                    if errors is not None:
+                        errors[name] = f"timing failed: {short(e)}"
+                    continue
+                finally:
+                    if gc_was:
+                        gc.enable()
+                samples[name].append(statistics.median(times))
+    finally:
+        if gc_was:
+            gc.enable()
+    return {k: statistics.median(v) if v else None for k, v in samples.items()}
 
 
 def fmt_time(t: float | None) -> str:
@@ -292,6 +337,74 @@ def reshape_model(shape, round_trips: int) -> onnx.ModelProto:
         prev = b
     return make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
                       [helper.make_tensor_value_info(prev, TensorProto.FLOAT, list(shape))], [flat], "reshape")
+
+
+def _vi(name: str, elem: int, shape) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _weights(rng, **shapes) -> list[onnx.TensorProto]:
+    return [numpy_helper.from_array((rng.standard_normal(shape) * 0.2).astype(np.float32), name)
+            for name, shape in shapes.items()]
+
+
+def loop_models(kind: str, iterations: int = 100, seed: int = 4):
+    """(Loop model, its body as a model of its own, the Loop's feeds) for kind "elementwise" (x * a + b
+    on float32[16]) or "gru" (a GRU cell on a [1, 64] state: three [64, 64] MatMuls, gates, blend). The
+    body's outputs: cond (passed through), the next state, and the state again as a scan output."""
+    rng = np.random.default_rng(seed)
+    B, I64 = TensorProto.BOOL, TensorProto.INT64
+    if kind == "elementwise":
+        shape = [16]
+        inits = [numpy_helper.from_array(np.full(16, 0.5, np.float32), "a"),
+                 numpy_helper.from_array(np.full(16, 0.25, np.float32), "b")]
+        nodes = [helper.make_node("Mul", ["x_in", "a"], ["t"]), helper.make_node("Add", ["t", "b"], ["x_out"])]
+    else:
+        d = 64
+        shape = [1, d]
+        inits = _weights(rng, Wz=(d, d), Wr=(d, d), Wn=(d, d), bz=(d,), br=(d,), bn=(d,))
+        nodes = []
+        for g in "zr":      # z, r = sigmoid(h Wg + bg)
+            nodes += [helper.make_node("MatMul", ["x_in", f"W{g}"], [f"m{g}"]),
+                      helper.make_node("Add", [f"m{g}", f"b{g}"], [f"p{g}"]),
+                      helper.make_node("Sigmoid", [f"p{g}"], [g])]
+        nodes += [helper.make_node("Mul", ["r", "x_in"], ["rh"]), helper.make_node("MatMul", ["rh", "Wn"], ["mn"]),
+                  helper.make_node("Add", ["mn", "bn"], ["pn"]), helper.make_node("Tanh", ["pn"], ["n"]),
+                  helper.make_node("Sub", ["n", "x_in"], ["d"]), helper.make_node("Mul", ["z", "d"], ["zd"]),
+                  helper.make_node("Sub", ["n", "zd"], ["x_out"])]       # (1 - z) n + z h = n - z (n - h)
+    nodes += [helper.make_node("Identity", ["x_out"], ["y"]), helper.make_node("Identity", ["cond_in"], ["cond_out"])]
+    body_in = [_vi("i", I64, []), _vi("cond_in", B, []), _vi("x_in", TensorProto.FLOAT, shape)]
+    body_out = [_vi("cond_out", B, []), _vi("x_out", TensorProto.FLOAT, shape), _vi("y", TensorProto.FLOAT, shape)]
+    # cond given (true): onnx.reference's Loop fails on an omitted one
+    loop = helper.make_node("Loop", ["M", "cond", "x0"], ["x_final", "ys"], name="loop",
+                            body=helper.make_graph(nodes, "body", body_in, body_out))
+    loop_model = make_model([loop], [_vi("M", I64, []), _vi("x0", TensorProto.FLOAT, shape)],
+                            [_vi("x_final", TensorProto.FLOAT, shape),
+                             _vi("ys", TensorProto.FLOAT, [iterations, *shape])],
+                            [*inits, numpy_helper.from_array(np.array(True), "cond")], f"loop_{kind}")
+    body_model = make_model(nodes, body_in, body_out, inits, f"body_{kind}")
+    feeds = {"M": np.array(iterations, np.int64), "x0": rng.standard_normal(shape).astype(np.float32)}
+    return loop_model, body_model, feeds
+
+
+def scan_models(steps: int = 100, d: int = 32, d_in: int = 16, seed: int = 5):
+    """(Scan model, its body as a model of its own, the Scan's feeds): h = tanh(x_t W + h R + b) over
+    `steps` inputs x_t of [1, d_in], h of [1, d]; the scan output is h at each step."""
+    rng = np.random.default_rng(seed)
+    F = TensorProto.FLOAT
+    inits = _weights(rng, W=(d_in, d), R=(d, d), bias=(d,))
+    nodes = [helper.make_node("MatMul", ["x_t", "W"], ["xw"]), helper.make_node("MatMul", ["h_in", "R"], ["hr"]),
+             helper.make_node("Add", ["xw", "hr"], ["s"]), helper.make_node("Add", ["s", "bias"], ["s2"]),
+             helper.make_node("Tanh", ["s2"], ["h_out"]), helper.make_node("Identity", ["h_out"], ["y"])]
+    body_in = [_vi("h_in", F, [1, d]), _vi("x_t", F, [1, d_in])]
+    body_out = [_vi("h_out", F, [1, d]), _vi("y", F, [1, d])]
+    scan = helper.make_node("Scan", ["h0", "xs"], ["h_final", "ys"], name="scan", num_scan_inputs=1,
+                            body=helper.make_graph(nodes, "body", body_in, body_out))
+    scan_model = make_model([scan], [_vi("h0", F, [1, d]), _vi("xs", F, [steps, 1, d_in])],
+                            [_vi("h_final", F, [1, d]), _vi("ys", F, [steps, 1, d])], inits, "scan_rnn")
+    body_model = make_model(nodes, body_in, body_out, inits, "body_rnn")
+    feeds = {"h0": np.zeros((1, d), np.float32), "xs": rng.standard_normal((steps, 1, d_in)).astype(np.float32)}
+    return scan_model, body_model, feeds
 
 
 def ort_optimized_node_count(model: onnx.ModelProto) -> int | None:
@@ -537,6 +650,84 @@ def case_reshape(table: Table, quick: bool, shape=(4096, 4096), round_trips: int
     table.notes.append(f"{label}: {line}")
 
 
+# -- case 4: control flow -------------------------------------------------------------------------
+
+def _body_from_python(rep, feeds: dict, kind: str) -> Callable[[], list]:
+    """What an application without Loop/Scan would do: the body, prepared once as a model of its own,
+    run once per iteration from a Python loop (its scan output kept in a list)."""
+    if kind == "scan":
+        h0, xs = feeds["h0"], feeds["xs"]
+
+        def run():
+            h, ys = h0, []
+            for t in range(xs.shape[0]):
+                h, y = rep.run([h, xs[t]])
+                ys.append(y)
+            return [h, ys]
+    else:
+        x0, n, cond = feeds["x0"], int(feeds["M"]), np.array(True)
+
+        def run():
+            x, ys = x0, []
+            for i in range(n):
+                _, x, y = rep.run([np.array(i, np.int64), cond, x])
+                ys.append(y)
+            return [x, ys]
+    return run
+
+
+def case_control_flow(table: Table, quick: bool) -> None:
+    blocks, per_block = BLOCKS["control"][quick]
+    cases = [("elementwise", "4. Loop x100, elementwise body (2 nodes, float32[16])"),
+             ("gru", "4. Loop x100, GRU-cell body (3 MatMul [1,64]x[64,64])"),
+             ("scan", "4. Scan x100, RNN cell (2 MatMul, [1,32] state)")]
+    print(f"\n[4. control flow] {blocks} alternating blocks of {per_block} calls per runtime, "
+          f"{PAUSE} s pause before each; onnxruntime on 2 threads", flush=True)
+    for kind, label in cases:
+        model, body, feeds = scan_models() if kind == "scan" else loop_models(kind)
+        runners = {"onnx_mini": Runner("onnx_mini", model),
+                   "onnxruntime": Runner("onnxruntime", model, intra_op_num_threads=2),
+                   "onnx.reference": Runner("onnx.reference", model)}
+        outs = {n: r.try_run(feeds) for n, r in runners.items()}
+        from_python = Runner("onnx_mini", body)
+        body_run = _body_from_python(from_python.obj, feeds, kind) if from_python.ok else None
+        mine = outs["onnx_mini"]
+        if body_run is not None and mine is not None:
+            state, ys = body_run()
+            if not (np.allclose(mine[0], state, rtol=1e-5, atol=1e-6) and np.allclose(mine[1], np.stack(ys),
+                                                                                     rtol=1e-5, atol=1e-6)):
+                body_run = None
+                table.notes.append(f"{label}: the body run from Python DIFFERS from the node's outputs - not timed")
+        for name, out in outs.items():       # float products may round apart: a tolerance, not equality
+            if name == "onnx_mini" or out is None or mine is None:
+                continue
+            shapes = [(np.shape(a), np.shape(b)) for a, b in zip(mine, out) if np.shape(a) != np.shape(b)]
+            if shapes:
+                runners[name].error = (f"output shape {list(shapes[0][1])} where onnx_mini gives "
+                                       f"{list(shapes[0][0])} - not timed")
+            elif not all(np.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(mine, out)):
+                runners[name].error = "output differs from onnx_mini's beyond rtol 1e-4 - not timed"
+        errors: dict[str, str] = {}
+        fns = {n: (lambda r=r: r.call(feeds)) if r.ok else None for n, r in runners.items()}
+        fns["body x100"] = body_run
+        times = alternating(fns, blocks, per_block, errors)
+        for name, err in errors.items():
+            if name in runners:
+                runners[name].error = err
+            else:
+                table.notes.append(f"{label}: {name} n/a - {err}")
+        table.add(label, {n: times.get(n) for n in RUNTIMES})
+        runner_notes(table, label, runners)
+        mini, body_x100 = times["onnx_mini"], times["body x100"]
+        line = (f"{label}: onnx_mini {fmt_time(mini)}, the body run 100 times from Python {fmt_time(body_x100)}: "
+                f"node / (body x100) = {fmt_ratio(mini, body_x100)} (bar: 1.3x); onnx_mini / onnxruntime "
+                f"(2 threads) = {fmt_ratio(mini, times['onnxruntime'])}")
+        print("  " + line, flush=True)
+        table.notes.append(line)
+        del runners, outs, from_python
+        gc.collect()
+
+
 # -- main -----------------------------------------------------------------------------------------
 
 def machine_info() -> str:
@@ -575,6 +766,8 @@ def report(table: "Table", quick: bool, start: float, extra: str = "",
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer repetitions (under ~40 s)")
+    cases = {"chain": case_chain, "gather": case_gather, "reshape": case_reshape, "control": case_control_flow}
+    p.add_argument("--only", choices=sorted(cases), action="append", help="run only this case (repeatable)")
     args = p.parse_args(argv)
     start = time.perf_counter()
     print("machine:", machine_info())
@@ -583,7 +776,7 @@ def main(argv=None) -> int:
     if REF_IMPORT_ERROR:
         print(f"note: onnx.reference unavailable ({REF_IMPORT_ERROR}); its column is n/a")
     table = Table()
-    for case in (case_chain, case_gather, case_reshape):
+    for case in [cases[c] for c in args.only] if args.only else cases.values():
         try:
             case(table, args.quick)
         except Exception as e:   # keep going: one broken case must not hide the others

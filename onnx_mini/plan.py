@@ -109,6 +109,7 @@ class Plan:
     blocks: tuple = ()                 # independent branches (schedule.Block), top-level plans only
     required_inputs: list[InputSpec] = field(init=False)   # inputs without an initializer default
     _scoped: dict = field(init=False, repr=False, compare=False)   # scope prefix -> scoped_infos
+    layout: Any = field(default=None, init=False, repr=False, compare=False)   # the executor's, made at the first run
 
     def __post_init__(self):
         self.required_inputs = [i for i in self.inputs if not i.has_default]
@@ -158,8 +159,12 @@ class SubPlan:
             def run(seq, *rest):
                 extra, captured = rest[:_n_inputs - 1], rest[_n_inputs - 1:]
                 ... body.run([seq[i], *extra], captured) ...
+
+    A kernel running its body many times in one call (Loop, Scan) takes `runner(captured)` once and
+    calls what it returns per iteration: the captured values and the hook are looked up once, so an
+    iteration costs a copy of the slot list, its inputs written in, and the executor's walk.
     """
-    __slots__ = ("plan", "name", "key", "n_captures", "_picks", "_input_slots", "_execute")
+    __slots__ = ("plan", "name", "key", "n_captures", "_picks", "_input_slots", "_inputs_at", "_read", "_execute")
 
     def __init__(self, plan: "Plan", name: str, captures: tuple[str, ...], node_captures: tuple[str, ...],
                  execute: Callable[..., list], key: str = "body"):
@@ -175,6 +180,13 @@ class SubPlan:
         # (slot in the body, position in the step's captured tail) for each outer name the body reads
         self._picks = tuple((slot_of[n], where[n]) for n in captures)
         self._input_slots = tuple(i.slot for i in plan.inputs)
+        # the planner numbers a graph's inputs first, one after the other: then one slice assignment
+        # writes them all (else None: one by one)
+        first = self._input_slots[0] if self._input_slots else 0
+        contiguous = self._input_slots == tuple(range(first, first + len(self._input_slots)))
+        self._inputs_at = slice(first, first + len(self._input_slots)) if contiguous else None
+        read = {s for _, ins, _, _ in plan.steps for s in ins} | set(plan.output_slots)
+        self._read = tuple(s in read for s in self._input_slots)
         self._execute = execute
 
     @property
@@ -190,6 +202,11 @@ class SubPlan:
         """The body's declared output types (None where undeclared)."""
         return list(self.plan.output_types) or [None] * len(self.plan.output_names)
 
+    def reads(self, k: int) -> bool:
+        """Whether the body reads its k-th input (a step takes it, or it is an output): a kernel need
+        not make a value nobody reads (a Loop's iteration number, often)."""
+        return self._read[k]
+
     def run(self, inputs, captured=()) -> list:
         """Run the body once: `inputs` in the body's input order, `captured` the step's captured tail."""
         if len(inputs) != len(self._input_slots):
@@ -204,6 +221,36 @@ class SubPlan:
         if tracing is None:
             return self._execute(self.plan, slots)
         return self._execute(self.plan, slots, tracing.hook, (*tracing.scope, self.key))
+
+    def runner(self, captured=()) -> Callable[[list], list]:
+        """The body as a function of its inputs, for one call of the kernel owning it (the captured
+        values, and the hook of a hooked run, are those of that call): f(inputs) runs the body once on
+        `inputs` (a list in the body's input order) and returns its outputs' list.
+
+        f empties `inputs`: the body's slots then hold the only references to values its caller keeps
+        no more (a Loop's carried values, handed back from the previous iteration), and the body's
+        in-place steps (inplace.py) may write the next values into their buffers."""
+        base = self.plan.template.copy()
+        for s, p in self._picks:
+            base[s] = captured[p]
+        plan, execute, n, at = self.plan, self._execute, len(self._input_slots), self._inputs_at
+        tracing = TRACING.get()
+        # a hooked run: the hooked loop (the scope of the step running this body is fixed for the call)
+        hooked = () if tracing is None else (tracing.hook, (*tracing.scope, self.key))
+        input_slots = self._input_slots
+
+        def call(inputs: list) -> list:
+            if len(inputs) != n:       # a slice assignment would resize the slot list
+                raise InvalidValueError(f"subgraph {self.name!r} takes {n} input(s), {len(inputs)} given")
+            slots = base.copy()
+            if at is not None:
+                slots[at] = inputs
+            else:
+                for s, v in zip(input_slots, inputs):
+                    slots[s] = v
+            inputs.clear()
+            return execute(plan, slots, *hooked)
+        return call
 
     def __repr__(self) -> str:
         return (f"SubPlan({self.name!r}, inputs={self.input_names}, outputs={self.output_names}, "

@@ -473,3 +473,159 @@ def test_scan_errors():
         run_scan(21, {"init": f32([0, 0]), "x": f32([[1, 2]])}, scan_output_directions=[2])
     with raises_naming_node(InvalidNodeError, "body has 2 output.*1 expected"):
         run_scan(21, {"init": f32([0, 0]), "x": f32([[1, 2]])}, n_outs=0)
+
+
+# -- Iterations: buffers, lists, carried values --------------------------------------------------------
+# A scan output's rows go into a buffer allocated at the first iteration when the number of rows is
+# known (Scan, a Loop with M), else into a list stacked at the end; both must give the spec's values.
+
+def scanning_loop(m, cond):
+    """Loop over counting_body: M and cond as given ("" when None); outputs acc_final, scan_all."""
+    inputs, names = {"acc": i64(0)}, ["", "", "acc"]
+    if m is not None:
+        inputs["M"], names[0] = i64(m), "M"
+    if cond is not None:
+        inputs["cond"], names[1] = np.array(cond), "cond"
+    return run_graph([node("Loop", names, ["acc_final", "scan_all"], body=counting_body(stop_at=2))],
+                     inputs, ["acc_final", "scan_all"], 21)
+
+
+@pytest.mark.parametrize("m", [None, 10, 2**62])
+def test_loop_stopped_by_its_condition_returns_the_rows_it_ran(m):
+    # cond stops the loop after i == 2 whether M is absent (list), 10 (a buffer of 10 rows, 3 filled)
+    # or beyond any buffer (list)
+    acc, scan = scanning_loop(m, True)
+    assert_same(acc, i64(0 + 1 + 2))
+    assert_same(scan, i64([0, 10, 20]))
+    assert scan.base is None or scan.base.size == scan.size    # not a view pinning the unused rows
+
+
+@pytest.mark.parametrize("m", [3, None])
+def test_loop_scan_output_changing_shape_fails_in_both_paths(m):
+    # the row grows from [1] to [2] at the second iteration: with M (buffer) and without (list)
+    body = loop_body([node("Concat", ["acc_in", "acc_in"], ["acc_out"], name="cat", axis=0),
+                      node("Identity", ["acc_in"], ["s"], name="s"), const("lim", i64(2)),
+                      node("Less", ["i", "lim"], ["cond_out"], name="c")], ["acc"], ["s"])
+    names, inputs = (["M", "", "acc"], {"M": i64(m), "acc": i64([1])}) if m else (["", "", "acc"], {"acc": i64([1])})
+    with raises_naming_node(KernelError, r"scan output 0 changes from int64\[1\] to int64\[2\] across iterations"):
+        run_graph([node("Loop", names, ["a", "s_all"], body=body)], inputs, ["a", "s_all"], 21)
+
+
+def test_scan_output_changing_shape_fails():
+    body = graph([node("Identity", ["s_in"], ["s_out"], name="s"), node("NonZero", ["e"], ["y"], name="nz")],
+                 ["s_in", "e"], ["s_out", "y"])
+    with raises_naming_node(KernelError, r"scan output 0 changes from int64\[1, 1\] to int64\[1, 2\]"):
+        run_scan(21, {"init": f32(0), "x": f32([[1, 0], [1, 1]])}, body=body)
+
+
+def test_loop_outputs_of_two_runs_stay_independent():
+    body = loop_body([node("Add", ["x_in", "i_f"], ["x_out"], name="add"), node("Cast", ["i"], ["i_f"], name="f",
+                                                                              to=TensorProto.FLOAT),
+                      node("Mul", ["x_out", "x_out"], ["sq"], name="sq"),
+                      node("Identity", ["cond_in"], ["cond_out"], name="c")], ["x"], ["sq"])
+    g = helper.make_graph([node("Loop", ["M", "", "x"], ["x_final", "sqs"], body=body)], "g",
+                          [vinfo("M", i64(1)), vinfo("x", f32([1, 2]))],
+                          [helper.make_empty_tensor_value_info("x_final"), helper.make_empty_tensor_value_info("sqs")])
+    rep = onnx_mini.prepare(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], ir_version=10))
+    first = rep.run([i64(3), f32([0, 10])])
+    kept = [np.array(v, copy=True) for v in first]
+    second = rep.run([i64(3), f32([100, 1000])])
+    for a, b in zip(first, kept):            # the second run wrote nothing the first one returned
+        assert_same(a, b)
+    assert_same(first[0], f32([3, 13]))                   # 0 + 0 + 1 + 2
+    assert_same(first[1], f32([[0, 100], [1, 121], [9, 169]]))
+    assert_same(second[1], f32([[100**2, 1000**2], [101**2, 1001**2], [103**2, 1003**2]]))
+    assert not any(np.shares_memory(a, b) for a in first for b in second)
+
+
+@pytest.mark.parametrize("version", [13, 21])
+def test_string_scalars_as_scan_rows(version):
+    # a 0-d object row written into a buffer must store its string, not the array holding it
+    words = np.array(["a", "bb", "ccc"], dtype=object)
+    body = loop_body([node("Gather", ["words", "i"], ["w"], name="g"),
+                      node("Identity", ["cond_in"], ["cond_out"], name="c")], (), ["w"])
+    ws, = run_graph([node("Loop", ["M", ""], ["ws"], body=body)], {"M": i64(3), "words": words}, ["ws"], version)
+    assert_same(ws, words)
+    scan_body = graph([node("Identity", ["s_in"], ["s_out"], name="s"), node("Identity", ["e"], ["y"], name="y")],
+                      ["s_in", "e"], ["s_out", "y"])
+    _, ys = run_scan(version, {"init": np.array("", dtype=object), "x": words}, body=scan_body)
+    assert_same(ys, words)
+
+
+def test_loop_iteration_number_as_a_scan_output_and_unread():
+    # the body outputs i itself (read: made each iteration); another body never reads it
+    body = loop_body([node("Identity", ["i"], ["s"], name="s"), node("Identity", ["cond_in"], ["cond_out"], name="c")],
+                     (), ["s"])
+    s, = run_graph([node("Loop", ["M", ""], ["s_all"], body=body)], {"M": i64(4)}, ["s_all"], 21)
+    assert_same(s, i64([0, 1, 2, 3]))
+    x, = run_graph([node("Loop", ["M", "", "x"], ["x_final"],
+                         body=loop_body([node("Neg", ["x_in"], ["x_out"], name="n"),
+                                         node("Identity", ["cond_in"], ["cond_out"], name="c")], ["x"]))],
+                   {"M": i64(3), "x": f32([1, -2])}, ["x_final"], 21)
+    assert_same(x, f32([-1, 2]))
+
+
+def test_loop_carried_value_reuses_its_buffer(monkeypatch):
+    """A carried value dies in the body: from the second iteration on, only the body's slot holds it,
+    so the in-place Add writes the next value into its buffer; the caller's array is never written."""
+    from onnx_mini import inplace
+    taken = []
+    real = inplace.wrap
+
+    def counted(in_place):
+        def run(*args, **kwargs):
+            taken.append(1)
+            return in_place(*args, **kwargs)
+        return run
+    monkeypatch.setattr(inplace, "wrap", lambda in_place, *rest: real(counted(in_place), *rest))
+    n = 256                                          # 65536 elements: above inplace.MIN_SIZE
+    body = loop_body([node("Add", ["x_in", "c"], ["t"], name="add"), node("Neg", ["t"], ["x_out"], name="neg"),
+                      node("Identity", ["cond_in"], ["cond_out"], name="c")], ["x"])
+    g = helper.make_graph([node("Loop", ["M", "", "x"], ["y"], body=body)], "g",
+                          [vinfo("M", i64(1)), vinfo("x", elem=F, shape=[n, n])],
+                          [helper.make_empty_tensor_value_info("y")],
+                          [numpy_helper.from_array(np.full((n, n), 0.5, np.float32), "c")])
+    rep = onnx_mini.prepare(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], ir_version=10))
+    x = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
+    x_before = x.copy()
+    y, = rep.run([i64(5), x])
+    want = x_before
+    for _ in range(5):
+        want = -(want + np.float32(0.5))
+    assert_same(y, want)
+    assert_same(x, x_before)
+    # Neg each iteration (t dies there), Add from the second iteration on (the first reads the caller's x)
+    assert len(taken) == 5 + 4
+
+
+def test_iterations_neither_plan_nor_bind(monkeypatch):
+    """Bodies are planned and bound at prepare time: a run of If, Loop and Scan (the control-flow model
+    of helpers.py, bodies nested) calls neither the planner nor binding."""
+    from helpers import control_flow_feeds, control_flow_model
+    from onnx_mini import binding, planner
+    prepared = onnx_mini.prepare(control_flow_model())
+    want = prepared.run(control_flow_feeds())
+
+    def forbidden(*_, **__):
+        raise AssertionError("planned or bound at run time")
+    monkeypatch.setattr(planner, "build_plan", forbidden)
+    monkeypatch.setattr(planner, "bind", forbidden)
+    monkeypatch.setattr(binding, "bind", forbidden)
+    for got, exp in zip(prepared.run(control_flow_feeds()), want):
+        assert_same(got, exp)
+
+
+def test_subplan_runner_checks_its_input_count():
+    body = loop_body([node("Identity", ["cond_in"], ["cond_out"], name="c")], (), ["cond_in"])
+    g = helper.make_graph([node("Loop", ["M", ""], ["conds"], body=body)], "g", [vinfo("M", i64(1))],
+                          [helper.make_empty_tensor_value_info("conds")])
+    rep = onnx_mini.prepare(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], ir_version=10))
+    (fn, *_), = rep.plan.steps
+    sub = next(c.cell_contents for c in fn.__closure__ if isinstance(c.cell_contents, SubPlan))
+    call = sub.runner(())
+    values = [i64(0), np.array(True)]
+    assert_same(call(values), [np.array(True), np.array(True)])
+    assert values == []                  # emptied: the body's slots held the only references
+    with pytest.raises(onnx_mini.errors.InvalidValueError, match="takes 2 input.*3 given"):
+        call([i64(0), np.array(True), i64(1)])
+    assert sub.reads(1) and not sub.reads(0)      # the body ignores its iteration number

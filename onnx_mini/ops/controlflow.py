@@ -2,14 +2,23 @@
 
 Each body graph arrives as a SubPlan, planned once at prepare time with the outer-scope names it reads
 as extra inputs (plan.SubPlan). The step's arguments are the node's own inputs (`_n_inputs` of them,
-omitted ones as None) followed by the captured outer values, handed unchanged to `SubPlan.run`.
+omitted ones as None) followed by the captured outer values: If hands them to `SubPlan.run`, Loop and
+Scan to `SubPlan.runner` once per call, whose function then runs one iteration with no planning,
+binding or lookup (the captured values and the hook are placed once).
 
 Values that are not tensors pass through untouched: a branch or a loop-carried value may be a
 sequence (a list) or an optional (None or its element). Loop/Scan scan outputs are tensors stacked
 along a new axis; with zero iterations their element type and trailing dims come from the body's
 declared output type (unknown or symbolic dims count as 0; an undeclared type gives float32[0]).
+
+Per iteration: a scan output's rows go into a buffer allocated at the first one when the number of
+rows is known (Scan; a Loop with a trip count), else into a list stacked at the end (_Rows); a carried
+value is held by the body's slots alone while the body runs, so that an elementwise step whose input
+it is writes the next value into its buffer (inplace.py) instead of allocating one per iteration.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -26,12 +35,12 @@ ALL_VERSIONS = (1, 11, 13, 16, 19, 21, 23, 24, 25)
 
 def _flag(value, what: str) -> bool:
     """A bool tensor holding exactly one element, as a Python bool."""
-    if not isinstance(value, np.ndarray) or value.dtype != np.bool_:
+    if not isinstance(value, np.ndarray) or value.dtype.kind != "b":
         raise InvalidValueError(f"{what} must be a bool tensor, got "
                                 f"{value.dtype if isinstance(value, np.ndarray) else type(value).__name__}")
     if value.size != 1:
         raise InvalidValueError(f"{what} must hold exactly one element, got shape {list(value.shape)}")
-    return bool(value.reshape(()))
+    return value.item()
 
 
 def _count(value, what: str) -> int:
@@ -41,7 +50,7 @@ def _count(value, what: str) -> int:
                                 f"{value.dtype if isinstance(value, np.ndarray) else type(value).__name__}")
     if value.size != 1:
         raise InvalidValueError(f"{what} must hold exactly one element, got shape {list(value.shape)}")
-    return int(value.reshape(()))
+    return int(value.item())
 
 
 def _check_arity(body, n_inputs: int, n_outputs: int, what: str) -> None:
@@ -63,37 +72,91 @@ def _declared_empty(t: TypeInfo | None, lead: tuple[int, ...]) -> np.ndarray:
     return np.zeros((*lead, *dims), dt) if dt != object else np.full((*lead, *dims), "", object)
 
 
-def _check_element(k: int, value, first: np.ndarray | None) -> None:
-    """A scan output's value for one iteration: a tensor, of the same type and shape as the first one."""
+def _changed(k: int, value, first_shape, first_dtype) -> InvalidValueError:
+    """The error for a scan output whose value for one iteration is not a tensor of the first one's
+    type and shape."""
     if not isinstance(value, np.ndarray):
-        raise InvalidValueError(f"scan output {k} must be a tensor, got {type(value).__name__}")
-    if first is not None and (value.shape != first.shape or value.dtype != first.dtype):
-        raise InvalidValueError(f"scan output {k} changes from {first.dtype}{list(first.shape)} to "
-                                f"{value.dtype}{list(value.shape)} across iterations")
+        return InvalidValueError(f"scan output {k} must be a tensor, got {type(value).__name__}")
+    return InvalidValueError(f"scan output {k} changes from {first_dtype}{list(first_shape)} to "
+                             f"{value.dtype}{list(value.shape)} across iterations")
 
 
-def _stacked(values: list, k: int) -> np.ndarray:
-    """The k-th scan output of a Loop: one tensor per iteration, stacked along a new axis 0."""
-    for v in values:
-        _check_element(k, v, values[0])
-    return np.stack(values)
+def _elements(v: np.ndarray):
+    """A scan input's elements along axis 0, one view at a time (for a 1-D input 0-d arrays, where
+    iterating or v[t] would give numpy scalars)."""
+    return iter(v) if v.ndim > 1 else (v[t, ...] for t in range(len(v)))
 
 
-class _Accumulator:
-    """A Scan output written in place, iteration by iteration, into a buffer allocated at the first."""
-    __slots__ = ("buf", "first", "k")
+def _or_declared(stacked: np.ndarray | None, declared: TypeInfo | None, lead: tuple[int, ...]) -> np.ndarray:
+    """A scan output: the rows stacked, or the declared empty one when the body never ran."""
+    return stacked if stacked is not None else _declared_empty(declared, lead)
 
-    def __init__(self, k: int):
-        self.buf = self.first = None
-        self.k = k
 
-    def put(self, index, value, lead: tuple[int, ...], pad: bool) -> None:
-        _check_element(self.k, value, self.first)
-        if self.buf is None:
-            self.first = value
-            shape = (*lead, *value.shape)
-            self.buf = np.full(shape, zero_of(value.dtype), value.dtype) if pad else np.empty(shape, value.dtype)
-        self.buf[index] = value
+class _Rows:
+    """One scan output, a row per iteration, every row a tensor of the first row's type and shape.
+
+    With `lead` (the grid of rows: (trip count,) or (batch, length)) known, the rows are written into
+    a buffer of shape [*lead, *row] allocated at the first row (`pad`: zero-filled, for rows never
+    written); without it (trip count unknown, or the buffer over max_bytes) they are kept in a list
+    and stacked at the end, their bytes counted against `max_bytes` (None: not counted)."""
+    __slots__ = ("k", "lead", "pad", "max_bytes", "buf", "shape", "dtype", "fast", "rows", "nbytes")
+
+    def __init__(self, k: int, lead: tuple[int, ...] | None, pad: bool = False, max_bytes: int | None = None):
+        self.k, self.lead, self.pad, self.max_bytes = k, lead, pad, max_bytes
+        self.buf = self.shape = self.dtype = self.fast = None
+        self.rows: list = []
+        self.nbytes = 0
+
+    def put(self, index, value) -> None:
+        # per iteration: a row of the first one's kind goes straight into the buffer
+        if value.__class__ is np.ndarray and value.dtype is self.fast and value.shape == self.shape:
+            self.buf[index] = value
+        else:
+            self._put(index, value)
+
+    def _put(self, index, value) -> None:
+        if self.shape is None:        # the first row
+            if not isinstance(value, np.ndarray):
+                raise _changed(self.k, value, None, None)
+            self.shape, self.dtype = value.shape, value.dtype
+            if self.lead is not None:
+                self.buf = self._buffer(value)
+            # buf[i] = a 0-d object array would store the array itself, not its element
+            if self.buf is not None and (value.ndim or value.dtype != object):
+                self.fast = value.dtype
+        elif not isinstance(value, np.ndarray) or value.shape != self.shape or value.dtype != self.dtype:
+            raise _changed(self.k, value, self.shape, self.dtype)
+        if self.buf is not None:
+            self.buf[index] = value if value.ndim else value[()]
+            return
+        self.rows.append(value)
+        self.nbytes += value.nbytes
+        if self.max_bytes is not None and self.nbytes > self.max_bytes:
+            raise ResourceLimitError(
+                f"scan output #{self.k} of the loop holds {self.nbytes:,} bytes after {len(self.rows):,} "
+                f"iterations, over the limit of {self.max_bytes:,} bytes "
+                "(onnx_mini.dtypes.set_limits(max_tensor_bytes=...) raises it)")
+
+    def _buffer(self, first: np.ndarray) -> np.ndarray | None:
+        """[*lead, *row] of the first row's type; None (the list) when the whole buffer would pass
+        max_bytes (a loop its condition stops need not fill it) or the memory cannot be had."""
+        shape = (*self.lead, *first.shape)
+        if self.max_bytes is not None and math.prod(shape) * first.itemsize > self.max_bytes:
+            return None
+        try:
+            if self.pad:
+                return np.full(shape, zero_of(first.dtype), first.dtype)
+            return np.empty(shape, first.dtype)
+        except MemoryError:       # a trip count far beyond what the loop runs, on a host that does not overcommit
+            return None
+
+    def result(self, done: int) -> np.ndarray | None:
+        """The stacked rows after `done` iterations, None if there were none. A Loop its condition
+        stopped before its trip count filled part of the buffer: those rows are copied out rather than
+        returned as a view pinning all of it."""
+        if self.buf is not None:
+            return self.buf if self.pad or done == len(self.buf) else self.buf[:done].copy()
+        return np.stack(self.rows) if self.rows else None
 
 
 # -- If ----------------------------------------------------------------------------------------------
@@ -122,6 +185,8 @@ def loop_1(*, body, _n_inputs, _n_outputs):
         raise ValueError(f"the node has {n_carried} loop-carried input(s) but only {_n_outputs} output(s)")
     _check_arity(body, 2 + n_carried, 1 + n_carried + n_scan, "the body")
     scan_types = body.output_types[1 + n_carried:]
+    first_scan = 1 + n_carried            # the body's outputs: cond, the carried values, the scan outputs
+    counts = body.reads(0)                # a body ignoring the iteration number gets None for it
 
     def run(*args):
         own, captured = args[:_n_inputs], args[_n_inputs:]
@@ -129,38 +194,46 @@ def loop_1(*, body, _n_inputs, _n_outputs):
         cond = own[1] if _n_inputs > 1 else None
         limit = None if trip is None else _count(trip, "M (max trip count)")
         keep_going = True if cond is None else _flag(cond, "cond")
-        carried = list(own[2:])
-        scans: list[list] = [[] for _ in range(n_scan)]
-        i = 0
         cap = dtypes.max_loop_iterations()
+        end = cap if limit is None else max(min(limit, cap), 0)
         max_bytes = dtypes.get_limits()["max_tensor_bytes"]
-        collected = [0] * n_scan
-        while keep_going and (limit is None or i < limit):
-            if i == cap:
-                raise ResourceLimitError(
-                    f"the loop is still running after {cap:,} iterations (M = "
-                    f"{'none' if limit is None else format(limit, ',')}, the condition still true): over the "
-                    "limit onnx_mini.dtypes.set_limits(max_loop_iterations=...) sets")
-            out = body.run([np.array(i, np.int64), np.array(keep_going), *carried], captured)
-            keep_going = _flag(out[0], "the condition the body returns")
-            carried = out[1:1 + n_carried]
-            if n_scan:
-                for k in range(n_scan):
-                    v = out[1 + n_carried + k]
-                    scans[k].append(v)
-                    collected[k] += getattr(v, "nbytes", 0)
-                if max(collected) > max_bytes:     # the stacked output would pass max_tensor_bytes
-                    k = collected.index(max(collected))
-                    raise ResourceLimitError(
-                        f"scan output #{k} of the loop holds {collected[k]:,} bytes after {i + 1:,} iterations, "
-                        f"over the limit of {max_bytes:,} bytes "
-                        "(onnx_mini.dtypes.set_limits(max_tensor_bytes=...) raises it)")
+        # A trip count the loop may run sizes the scan outputs' buffers (checked against the limit as a
+        # whole at the first iteration); without one, or past the iteration cap (M = INT64_MAX: a
+        # while loop as exporters write it), they are lists, counted as they grow.
+        grid = (end,) if limit is not None and limit <= cap else None
+        scans = [_Rows(k, grid, max_bytes=max_bytes) for k in range(n_scan)]
+        call = body.runner(captured)
+        true = np.array(True)
+        true.flags.writeable = False
+        # The body's inputs: the iteration number, the condition (true, or the loop has ended) and the
+        # carried values. The list the body's outputs come back in becomes the next inputs, so that
+        # no reference to a carried value outlives its body run but the body's own (SubPlan.runner).
+        values = [None, true, *own[2:]]
+        out = None
+        i = 0
+        while keep_going and i < end:
+            if counts:
+                values[0] = np.array(i, np.int64)
+            out = call(values)
+            c = out[0]
+            keep_going = c is true or _flag(c, "the condition the body returns")
+            for k, rows in enumerate(scans):
+                rows.put(i, out[first_scan + k])
             i += 1
+            if keep_going:
+                del out[first_scan:]
+                out[0] = true
+                out.insert(0, None)
+                values, out = out, None
+        if keep_going and i == cap and (limit is None or limit > cap):
+            raise ResourceLimitError(
+                f"the loop is still running after {cap:,} iterations (M = "
+                f"{'none' if limit is None else format(limit, ',')}, the condition still true): over the "
+                "limit onnx_mini.dtypes.set_limits(max_loop_iterations=...) sets")
+        carried = values[2:] if out is None else out[1:first_scan]
         if i == 0:
-            stacked = [_declared_empty(t, (0,)) for t in scan_types]
-        else:
-            stacked = [_stacked(s, k) for k, s in enumerate(scans)]
-        return (*carried, *stacked)
+            return (*carried, *[_declared_empty(t, (0,)) for t in scan_types])
+        return (*carried, *[rows.result(i) for rows in scans])
     return run
 
 
@@ -223,22 +296,25 @@ def scan_8(*, body, num_scan_inputs, directions=None, _n_inputs, _n_outputs):
             if bad:
                 raise InvalidValueError(f"sequence_lens values must be in [0, {max_len}], got {lens}")
         finals: list[list] = [[] for _ in range(n)]
-        accs = [_Accumulator(k) for k in range(k_out)]
-        lead = (batch, max_len)
+        call = body.runner(captured)
+        scans = [_Rows(k, (batch, max_len), pad=True) for k in range(k_out)]
         for b in range(batch):
-            st = [s[b] for s in states]
             length = lens[b]
-            for t in range(length):
-                elems = [x[b, length - 1 - t if d else t] for x, d in zip(xs, dirs)]
-                out = body.run([*st, *elems], captured)
-                st = out[:n]
-                for k, acc in enumerate(accs):
-                    acc.put((b, t), out[n + k], lead, pad=True)
-            for i, v in enumerate(st):
+            # each input's rows for this batch entry, in the order the body reads them
+            seqs = [_elements(x[b, :length][::-1] if d else x[b, :length]) for x, d in zip(xs, dirs)]
+            values = [s[b, ...] for s in states]     # (a 0-d array, not a numpy scalar, for a 1-D state)
+            for t, elems in enumerate(zip(*seqs)):
+                values += elems
+                out = call(values)
+                for k, rows in enumerate(scans):
+                    rows.put((b, t), out[n + k])
+                del out[n:]
+                values = out          # the states, the next inputs
+            for i, v in enumerate(values):
                 finals[i].append(v)
         state_out = [np.stack(f) if batch else s for f, s in zip(finals, states)]
-        scan_out = [acc.buf if acc.buf is not None else _declared_empty(t, lead)
-                    for acc, t in zip(accs, scan_types)]
+        scan_out = [_or_declared(rows.result(max_len), t, lead=(batch, max_len))
+                    for rows, t in zip(scans, scan_types)]
         return (*state_out, *scan_out)
     return run
 
@@ -273,24 +349,29 @@ def _scan_9_factory(body, m, in_axes, in_dirs, out_axes, out_dirs, n_inputs, n_o
             elif v.shape[0] != length:
                 raise InvalidValueError(f"scan input {j} has {v.shape[0]} element(s) along its scan axis, "
                                         f"scan input 0 has {length}")
-            seqs.append(v)
-        accs = [_Accumulator(k) for k in range(k_out)]
-        lead = (length,)
-        st = list(states)
-        for t in range(length):
-            out = body.run([*st, *(v[t] for v in seqs)], captured)
-            st = out[:n]
-            for k, acc in enumerate(accs):
-                acc.put(length - 1 - t if out_dirs[k] else t, out[n + k], lead, pad=False)
+            seqs.append(_elements(v))
+        call = body.runner(captured)
+        scans = [_Rows(k, (length,)) for k in range(k_out)]
+        last = length - 1
+        values = list(states)
+        for t, elems in enumerate(zip(*seqs)):
+            values += elems
+            out = call(values)
+            for k, rows in enumerate(scans):
+                rows.put(last - t if out_dirs[k] else t, out[n + k])
+            del out[n:]
+            values = out              # the states, the next inputs
         results = []
-        for k, (acc, t) in enumerate(zip(accs, scan_types)):
-            o = acc.buf if acc.buf is not None else _declared_empty(t, lead)
-            if acc.buf is None and not -o.ndim <= out_axes[k] < o.ndim:
-                a = 0  # nothing ran and the body's output rank is undeclared: keep the scan axis first
-            else:
-                a = normalize_axis(out_axes[k], o.ndim, f"scan_output_axes[{k}]")
+        for k, (rows, t) in enumerate(zip(scans, scan_types)):
+            o = rows.result(length)
+            if o is None:
+                o = _declared_empty(t, (length,))
+                if not -o.ndim <= out_axes[k] < o.ndim:
+                    results.append(o)   # nothing ran and the body's output rank is undeclared: scan axis first
+                    continue
+            a = normalize_axis(out_axes[k], o.ndim, f"scan_output_axes[{k}]")
             results.append(np.moveaxis(o, 0, a) if a else o)
-        return (*st, *results)
+        return (*values, *results)
     return run
 
 

@@ -188,12 +188,12 @@ def sequence_map_17(*, body, _n_inputs, _n_outputs):
                 raise InvalidValueError(f"input {j + 1} is missing")
         seqs = [j for j, x in enumerate(extra) if isinstance(x, list)]
         outs: list[list] = [[] for _ in range(_n_outputs)]
-        args = [None, *extra]
+        call = body.runner(captured)
         for i in range(n):
-            args[0] = seq[i]
+            args = [seq[i], *extra]
             for j in seqs:
                 args[j + 1] = extra[j][i]
-            for o, v in zip(outs, body.run(args, captured)):
+            for o, v in zip(outs, call(args)):
                 o.append(v)
         return tuple(outs)
     return run
