@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 
 import ml_dtypes
 import numpy as np
@@ -111,6 +112,22 @@ def float32_compute(fn):
     """Wrap fn(x, *rest) so that an UPCAST-typed x (and any array in rest of the same type) is
     computed in float32 and the result rounded back once to x's type; other types pass through.
     A string tensor gets a clear InvalidValueError (the try costs nothing unless fn fails)."""
+    if _takes_one(fn):
+        # Without *rest: a call of a fixed-arity function takes CPython's fast path (a tiny Neg:
+        # ~0.57 against ~0.76 us here, numpy's own call ~0.39).
+        def unary(x):
+            try:
+                dt = x.dtype
+                if dt in UPCAST:
+                    return as_array(fn(x.astype(np.float32))).astype(dt)
+                r = fn(x)
+                return r if r.__class__ is np.ndarray else np.asarray(r)
+            except (TypeError, ValueError) as e:
+                if isinstance(e, InvalidValueError) or x.dtype != object:
+                    raise
+                raise _string_error(x) from None
+        return unary
+
     def run(x, *rest):
         try:
             dt = x.dtype
@@ -121,9 +138,21 @@ def float32_compute(fn):
         except (TypeError, ValueError) as e:
             if isinstance(e, InvalidValueError) or x.dtype != object:
                 raise
-            raise InvalidValueError(f"the operator computes on numbers, got a string tensor of shape "
-                                    f"{list(x.shape)}") from None
+            raise _string_error(x) from None
     return run
+
+
+def _takes_one(fn) -> bool:
+    """Whether fn takes exactly one argument: a one-input ufunc, or a function of one positional
+    parameter (no *args, no defaults after it)."""
+    if isinstance(fn, np.ufunc):
+        return fn.nin == 1
+    code = getattr(fn, "__code__", None)
+    return code is not None and code.co_argcount == 1 and not code.co_flags & inspect.CO_VARARGS
+
+
+def _string_error(x) -> InvalidValueError:
+    return InvalidValueError(f"the operator computes on numbers, got a string tensor of shape {list(x.shape)}")
 
 
 def zero_of(dtype: np.dtype) -> np.ndarray:

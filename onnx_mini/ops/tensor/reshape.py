@@ -25,7 +25,7 @@ def identity_1():
 
 @kernel("Shape", since=(1, 13))
 def shape_1():
-    return lambda data: np.array(data.shape, dtype=np.int64)
+    return shape_15()
 
 
 @kernel("Shape", since=(15, 19, 21, 23, 24, 25))
@@ -33,7 +33,19 @@ def shape_15(*, start=0, end=None):
     # Python slicing clamps negative/out-of-range bounds to [0, rank] exactly as the spec asks,
     # and start > end gives an empty shape.
     span = slice(start, end)
-    return lambda data: np.array(data.shape[span], dtype=np.int64)
+    # A copy of the array made at the first run of each input shape: ~0.34 against ~0.54 us for
+    # np.array(shape) on a rank-2 input here (tuples of ints convert slowly).
+    made: dict[tuple, np.ndarray] = {}
+
+    def shape(data):
+        dims = data.shape
+        known = made.get(dims)
+        if known is None:
+            known = np.array(dims[span], dtype=np.int64)
+            if len(made) < 64:
+                made[dims] = known
+        return known.copy()
+    return shape
 
 
 # -- Reshape -------------------------------------------------------------------------------------
@@ -72,6 +84,9 @@ def target_shape(in_shape: tuple, requested, allowzero: bool) -> tuple:
     return tuple(shape)
 
 
+_INT64 = np.dtype(np.int64)
+
+
 @kernel("Reshape", since=1, views=True)
 def reshape_1(*, shape=None, consumed_inputs=None):
     if shape is None:
@@ -90,7 +105,7 @@ def reshape_14(*, allowzero=0):
     allow = bool(allowzero)
 
     def reshape(data, shape):
-        if shape.dtype != np.int64:
+        if shape.dtype != _INT64:         # a dtype, not np.int64: half the cost of the comparison
             raise InvalidValueError(f"the shape input must be int64, got {shape.dtype}")
         if shape.ndim != 1:
             raise InvalidValueError(f"the shape input must be 1-D, got shape {list(shape.shape)}")
@@ -98,7 +113,7 @@ def reshape_14(*, allowzero=0):
         # ndarray.reshape returns a view whenever the layout allows it (always for contiguous data).
         # Without 0 entries (or with allowzero) numpy's own rules are the spec's, so try it first;
         # target_shape() gives the spec's answer or a precise error otherwise.
-        if (allow or 0 not in requested) and min(requested, default=0) >= -1:
+        if (allow or 0 not in requested) and (not requested or min(requested) >= -1):   # min(default=) is slow
             try:
                 return data.reshape(requested)
             except ValueError:
