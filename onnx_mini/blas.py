@@ -173,18 +173,28 @@ class _ThreadState:
 _state = _ThreadState()
 
 
+def start_run() -> bool:
+    """Enter the BLAS mode of one run (see the module doc); True when end_run() must follow.
+    OpenBLAS's thread count is restored after the last overlapping run ends."""
+    if _OPENBLAS is None:
+        return False
+    _state.start_run(parallel.threads() < 2)
+    return True
+
+
+def end_run() -> None:
+    _state.end_run()
+
+
 @contextlib.contextmanager
 def during_run():
-    """The BLAS mode of one run (see the module doc); OpenBLAS's thread count is restored after the
-    last overlapping run ends."""
-    if _OPENBLAS is None:
-        yield
-        return
-    _state.start_run(parallel.threads() < 2)
+    """start_run() ... end_run() as a block."""
+    started = start_run()
     try:
         yield
     finally:
-        _state.end_run()
+        if started:
+            end_run()
 
 
 @contextlib.contextmanager

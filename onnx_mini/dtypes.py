@@ -158,13 +158,22 @@ _model_max_tensor_bytes: contextvars.ContextVar[int | None] = contextvars.Contex
 @contextlib.contextmanager
 def model_limits(max_tensor_bytes: int | None = None):
     """Within the block, tensors may take at most max_tensor_bytes (None: only the process-wide limit)."""
-    if max_tensor_bytes is not None and int(max_tensor_bytes) <= 0:
-        raise ValueError("max_tensor_bytes must be > 0")
-    token = _model_max_tensor_bytes.set(None if max_tensor_bytes is None else int(max_tensor_bytes))
+    token = enter_model_limits(max_tensor_bytes)
     try:
         yield
     finally:
-        _model_max_tensor_bytes.reset(token)
+        leave_model_limits(token)
+
+
+def enter_model_limits(max_tensor_bytes: int | None):
+    """model_limits() as two calls (a run's hot path): returns the token leave_model_limits takes."""
+    if max_tensor_bytes is not None and int(max_tensor_bytes) <= 0:
+        raise ValueError("max_tensor_bytes must be > 0")
+    return _model_max_tensor_bytes.set(None if max_tensor_bytes is None else int(max_tensor_bytes))
+
+
+def leave_model_limits(token) -> None:
+    _model_max_tensor_bytes.reset(token)
 
 
 def get_limits() -> dict:

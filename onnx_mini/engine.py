@@ -115,18 +115,25 @@ class PreparedModel:
         there is one; returns the output values in plan order. threads: None = the model's own."""
         slots = bind_inputs(plan, feeds)
         specializer = self._specializers.get(id(plan))
-        with run_scope.running(threads or self.threads), dtypes.model_limits(self.max_tensor_bytes):
-            if specializer is not None:
-                plan, slots = specializer.choose(slots)
-            if hook is None and TRACING.get() is not None:
-                # a run inside a hooked one's kernel (a user kernel running a model): that hook is
-                # not this run's, its bodies must not report to it
-                token = TRACING.set(None)
-                try:
-                    return execute(plan, slots)
-                finally:
-                    TRACING.reset(token)
-            return execute(plan, slots, hook)
+        scope = run_scope.enter(threads or self.threads, plan.uses_blas)
+        try:
+            limits = dtypes.enter_model_limits(self.max_tensor_bytes)
+            try:
+                if specializer is not None:
+                    plan, slots = specializer.choose(slots)
+                if hook is None and TRACING.get() is not None:
+                    # a run inside a hooked one's kernel (a user kernel running a model): that hook is
+                    # not this run's, its bodies must not report to it
+                    token = TRACING.set(None)
+                    try:
+                        return execute(plan, slots)
+                    finally:
+                        TRACING.reset(token)
+                return execute(plan, slots, hook)
+            finally:
+                dtypes.leave_model_limits(limits)
+        finally:
+            run_scope.leave(scope)
 
     def __getstate__(self) -> dict:
         # plans hold closures (not picklable) and are cheap to rebuild; a text stream cannot travel

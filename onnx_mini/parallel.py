@@ -75,6 +75,16 @@ def spawn(work: Callable[[], None], copies: int) -> list:
     return [pool.submit(contextvars.copy_context().run, work) for _ in range(copies)]
 
 
+def cap(threads: int | None) -> contextvars.Token:
+    """From now on in this context split() uses at most `threads` threads (None or 0: no cap); give the
+    token to uncap() to end it. limited() as two calls, for a run's hot path."""
+    return _cap.set(threads or None)
+
+
+def uncap(token: contextvars.Token) -> None:
+    _cap.reset(token)
+
+
 @contextlib.contextmanager
 def limited(threads: int | None):
     """Within the block, split() uses at most `threads` threads (None or 0: no cap)."""

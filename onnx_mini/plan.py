@@ -107,6 +107,7 @@ class Plan:
     output_types: list[TypeInfo | None] = field(default_factory=list)  # declared, for empty Loop/Scan outputs
     source: Graph | None = None        # the (optimised) graph the steps come from, for specialize.py
     blocks: tuple = ()                 # independent branches (schedule.Block), top-level plans only
+    uses_blas: bool = True             # a heavy step (MatMul, Conv, ...) here or in a body: runs manage BLAS
     required_inputs: list[InputSpec] = field(init=False)   # inputs without an initializer default
     _scoped: dict = field(init=False, repr=False, compare=False)   # scope prefix -> scoped_infos
     layout: Any = field(default=None, init=False, repr=False, compare=False)   # the executor's, made at the first run

@@ -81,13 +81,17 @@ def build_plan(graph: Graph, opsets: dict[str, int], functions: dict[tuple[str, 
 
     steps: list[tuple] = []
     infos: list[StepInfo] = []
+    uses_blas = False
     for node, spec, opset in order:
         node_opsets = node.opsets or opsets
-        if isinstance(spec, TypedBody):
+        typed = isinstance(spec, TypedBody)      # its body is planned at run time: assume BLAS
+        if typed:
             spec = _typed_function_kernel(node, spec.version, opset, spec.opsets, functions, ctx, depth)
         ins = tuple(slot(x) for x in (*node.inputs, *node.captures))
         fixed = {i: template[s] for i, s in enumerate(ins[:len(node.inputs)]) if s != NONE_SLOT and s in constant}
-        fn = bind(node, spec, opset, attrs=_subplans(node, node_opsets, functions, ctx, depth), opsets=node_opsets,
+        attrs = _subplans(node, node_opsets, functions, ctx, depth)
+        uses_blas = uses_blas or typed or spec.heavy or _bodies_use_blas(attrs)
+        fn = bind(node, spec, opset, attrs=attrs, opsets=node_opsets,
                   graph=written, constants=fixed, options=ctx.options, plan=_body_planner(ctx, node_opsets, depth))
         outs = tuple(slot(x) if x else DISCARD_SLOT for x in node.outputs)
         out = outs if spec.multi_output else (outs[0] if outs else DISCARD_SLOT)
@@ -115,7 +119,15 @@ def build_plan(graph: Graph, opsets: dict[str, int], functions: dict[tuple[str, 
     output_slots = [slots[v.name] for v in graph.outputs]
     steps = _with_frees(steps, keep=set(output_slots) | constant)
     return Plan(steps, infos, template, inputs, [v.name for v in graph.outputs], output_slots, names,
-                [v.type for v in graph.outputs], graph)
+                [v.type for v in graph.outputs], graph, uses_blas=uses_blas)
+
+
+def _bodies_use_blas(attrs: dict[str, Any]) -> bool:
+    for v in attrs.values():
+        for sub in (v if isinstance(v, list) else (v,)):
+            if isinstance(sub, SubPlan) and sub.plan.uses_blas:
+                return True
+    return False
 
 
 def _body_planner(ctx: PlanContext, opsets: dict[str, int], depth: int) -> Callable[[Graph], SubPlan]:

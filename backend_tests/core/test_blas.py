@@ -320,3 +320,46 @@ def test_run_services_import_no_cycle():
     assert imported(blas) == {"parallel"}
     assert imported(memory) == set()
     assert imported(run_scope) == {"blas", "memory", "parallel"}
+
+
+def _watch_blas_mode(monkeypatch) -> list:
+    """Record each run that enters blas's run mode."""
+    entered = []
+    original = blas.start_run
+
+    def start_run():
+        entered.append(True)
+        return original()
+    monkeypatch.setattr(blas, "start_run", start_run)
+    return entered
+
+
+def test_a_plan_without_heavy_steps_leaves_blas_alone(monkeypatch):
+    # ~6 us of lock and thread-count bookkeeping per run saved for tiny models (scikit-learn at batch 1)
+    entered = _watch_blas_mode(monkeypatch)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])
+    light = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "light", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    prepared = onnx_mini.prepare(light)
+    assert not prepared.plan.uses_blas
+    prepared.run([np.eye(2, dtype=np.float32)])
+    assert entered == []
+
+
+def test_a_matmul_inside_a_body_makes_the_plan_manage_blas(monkeypatch):
+    entered = _watch_blas_mode(monkeypatch)
+    vi = helper.make_tensor_value_info
+    body = helper.make_graph([helper.make_node("MatMul", ["x", "x"], ["t"])], "then", [],
+                             [vi("t", TensorProto.FLOAT, [2, 2])])
+    other = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [],
+                              [vi("e", TensorProto.FLOAT, [2, 2])])
+    m = helper.make_model(helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], then_branch=body, else_branch=other)], "g",
+        [vi("c", TensorProto.BOOL, []), vi("x", TensorProto.FLOAT, [2, 2])], [vi("y", TensorProto.FLOAT, [2, 2])]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    prepared = onnx_mini.prepare(m)
+    assert prepared.plan.uses_blas
+    y = prepared.run({"c": np.array(True), "x": np.full((2, 2), 2, np.float32)})[0]
+    np.testing.assert_array_equal(y, np.full((2, 2), 8, np.float32))
+    assert entered == [True]
