@@ -11,8 +11,9 @@ import re
 import ml_dtypes
 import numpy as np
 import pytest
-from onnx import TensorProto
+from onnx import TensorProto, helper, numpy_helper
 
+import onnx_mini
 from onnx_mini.errors import InvalidNodeError, KernelError
 from onnx_mini.ops.quantization import quantize_array
 
@@ -478,3 +479,93 @@ def test_dequantize_float16_precision(version):
     # 2048 * 0.0999755859375 = 204.75 exactly. Before, float32 then one rounding: 204.84998 -> 204.875.
     exp = 204.75 if version >= 23 else 204.875
     assert_same(dequantize(version, np.array([2049], np.int16), np.array(0.1, np.float16)), np.array([exp], np.float16))
+
+
+# -- the fused integer rounding ---------------------------------------------------------------------
+# 8/16-bit results are rounded, offset and saturated in place with the 1.5 * 2^23 rounder
+# (quantization.py). These hold it to the spec's formula, written in float32.
+
+def spec_quantize(x, scale, zp, dtype):
+    info = np.iinfo(dtype)
+    return np.clip(np.rint(x / scale) + F32(zp), info.min, info.max).astype(dtype)
+
+
+def ties_and_extremes(n, scale, seed=0):
+    """n float32 values: exact ties (k + 0.5) * scale of both parities, values past both bounds, the rest random."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(n) * 200 * scale).astype(F32)
+    x[: n // 4] = ((rng.integers(-300, 300, n // 4) + 0.5) * scale).astype(F32)
+    x[n // 4: n // 4 + 6] = [1e10, -1e10, np.inf, -np.inf, 0.0, -0.0]
+    return x
+
+
+@pytest.mark.parametrize("dtype,zp", [(np.uint8, 0), (np.uint8, 131), (np.uint8, 255), (np.int8, -128), (np.int8, 3),
+                                      (np.int8, 127), (np.uint16, 40000), (np.int16, -7)])
+@pytest.mark.parametrize("n", [1000, 600_000])
+def test_quantize_fused_rounding_matches_the_formula(dtype, zp, n):
+    scale = F32(0.25)      # exact ties: x / 0.25 is exact
+    x = ties_and_extremes(n, scale, seed=n)
+    got = quantize(21, x, np.array(scale), np.array(zp, dtype))
+    assert_same(got, spec_quantize(x, scale, zp, dtype))
+    assert_same(got, quantize_array(x / scale, dtype, np.array(zp, dtype)))     # the helper alike
+
+
+def test_quantize_half_to_even_at_both_parities_with_an_odd_zero_point():
+    x = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 124.5, 125.5, -128.5, -127.5], F32)
+    exp = np.array([0, 2, 2, 0, -2, -2, 124, 126, -128, -128], np.int64) + 3
+    assert_same(quantize(21, x, np.array(1, F32), np.array(3, np.int8)), np.clip(exp, -128, 127).astype(np.int8))
+
+
+def test_quantize_nan_gives_the_zero_point():
+    """The spec leaves NaN undefined; the fused rounding gives the zero point (onnxruntime: the type's minimum)."""
+    x = np.array([np.nan, -np.nan, 1.0], F32)
+    assert_same(quantize(21, x, np.array(1, F32), np.array(100, np.uint8)), np.array([100, 100, 101], np.uint8))
+
+
+def test_quantize_array_float64_and_scratch():
+    """float64 values go through the same rounding (QLinearConv's rescale); without scratch the input stays."""
+    q = np.array([0.5, 1.5, 2.5, -0.5, 126.5, 1e300, -np.inf, 2.0 ** 60 + 1], np.float64)
+    before = q.copy()
+    assert_same(quantize_array(q, np.uint8, np.array(1, np.uint8)), np.array([1, 3, 3, 1, 127, 255, 0, 255], np.uint8))
+    assert_same(q, before)
+    assert_same(quantize_array(q.copy(), np.int16, None, scratch=True),
+                np.array([0, 2, 2, 0, 126, 32767, -32768, 32767], np.int16))
+
+
+@pytest.mark.parametrize("n", [1000, 600_000])
+def test_dequantize_matches_the_formula(n):
+    rng = np.random.default_rng(n)
+    for dtype, zp in ((np.uint8, 77), (np.int8, -5), (np.int16, 1234), (np.uint16, None)):
+        info = np.iinfo(dtype)
+        x = rng.integers(info.min, info.max + 1, n).astype(dtype)
+        scale = F32(0.0173)
+        z = None if zp is None else np.array(zp, dtype)
+        exp = (x.astype(F32) - F32(zp or 0)) * scale
+        assert_same(dequantize(21, x, np.array(scale), z), exp)
+
+
+def test_dynamic_quantize_linear_large():
+    x = np.random.default_rng(8).standard_normal(700_000).astype(F32)
+    x[:1000] = np.linspace(-3, 3, 1000, dtype=F32)
+    got = run_node("DynamicQuantizeLinear", 11, [x], n_outputs=3)
+    for g, e in zip(got, dynamic_ref(x)):
+        assert_same(g, e)
+
+
+# -- constant weights dequantized once ------------------------------------------------------------
+
+def test_dequantize_of_constant_weights_folds_at_prepare():
+    """DequantizeLinear of an initializer (a QDQ model's weights) runs once, at prepare (constant folding,
+    on by default): the plan holds only the Conv, fed the dequantized weights."""
+    w = np.arange(-36, 36, dtype=np.int8).reshape(2, 4, 3, 3)
+    ws, wz = np.array([0.5, 0.25], F32), np.array([1, -2], np.int8)
+    nodes = [helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"], axis=0),
+             helper.make_node("Conv", ["x", "wf"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [1, 4, 3, 3])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, None)],
+                              [numpy_helper.from_array(a, n) for a, n in ((w, "w"), (ws, "ws"), (wz, "wz"))])
+    rep = onnx_mini.prepare(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10))
+    assert [i.op_type for i in rep.plan.infos] == ["Conv"]
+    x = np.ones((1, 4, 3, 3), F32)
+    wf = (w.astype(F32) - wz.astype(F32).reshape(2, 1, 1, 1)) * ws.reshape(2, 1, 1, 1)
+    np.testing.assert_allclose(rep.run([x])[0].reshape(2), wf.reshape(2, -1).sum(axis=1), rtol=1e-6)

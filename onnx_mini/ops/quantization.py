@@ -10,6 +10,12 @@ the multiplication"); before 23 it computes in float32 and rounds once.
 
 Public helper: quantize_array(q, dtype, zero_point, saturate) rounds/saturates real values to any
 quantized type (integers: round half to even + clip; float8/float4/float6: Cast's saturate rules).
+
+Speed (beside the formulas, not instead of them): the 8- and 16-bit integer results are rounded,
+offset and saturated by `_round_saturate_into` in four passes over the quotient's buffer, in place
+(see there); NaN quantizes to the zero point (the spec leaves it undefined). DequantizeLinear
+subtracts and multiplies in place on its one float32 copy of x (three passes: numpy's floor; a
+256-entry table lookup measured 4x slower).
 """
 from __future__ import annotations
 
@@ -36,15 +42,21 @@ def _int_range(dtype: np.dtype, ftype: np.dtype):
     return lo, hi
 
 
-def quantize_array(q: np.ndarray, dtype, zero_point=None, saturate: bool = True) -> np.ndarray:
-    """Real values q (float32) -> quantized `dtype`, i.e. saturate(round(q) + zero_point).
+def quantize_array(q: np.ndarray, dtype, zero_point=None, saturate: bool = True, *,
+                   scratch: bool = False) -> np.ndarray:
+    """Real values q (float32, or float64) -> quantized `dtype`, i.e. saturate(round(q) + zero_point).
 
     Integer types (int8/uint8/int16/uint16/int32/int4/uint4/int2/uint2): round half to even, add the
     zero point, clip to the type's range. float8 types: q + zero_point converted with Cast's rules
     (saturate clamps to the largest finite value). float4e2m1/float6: round to nearest even, always
-    saturating. zero_point: None or an array broadcastable to q, of any type.
+    saturating. zero_point: None or an array broadcastable to q, of any type. scratch: q is a
+    temporary of the caller's that may be overwritten.
     """
     dtype = np.dtype(dtype)
+    if dtype in _FAST_INTS and q.dtype in _ROUNDER and (zero_point is None or zero_point.dtype == dtype):
+        out = np.empty(q.shape, dtype)
+        _round_saturate_into(q if scratch and type(q) is np.ndarray else np.array(q), out, zero_point)
+        return out
     if dtype.kind in "iu" or dtype in SUBBYTE_INTS:
         y = as_array(np.rint(q))          # a fresh array (0-d inputs give numpy scalars)
         if zero_point is not None:
@@ -59,6 +71,43 @@ def quantize_array(q: np.ndarray, dtype, zero_point=None, saturate: bool = True)
         return to_float8(q, dtype, saturate)
     with np.errstate(invalid="ignore", over="ignore"):
         return np.asarray(q.astype(dtype))
+
+
+# saturate(round_half_even(q) + zp) for 8/16-bit integer outputs, in place on a float32 q:
+# 1. clip q to [lo - zp, hi - zp] (integer bounds: clipping before rounding is clipping after it);
+# 2. q += 1.5 * 2^23: for |q| <= 2^22 the float32 sum lies in [2^23, 2^24), where float32 holds the
+#    integers only, so the addition rounds q half to even (1.5 * 2^23 is even) and the sum's bit pattern
+#    is 0x4B400000 + round(q);
+# 3. that pattern cast to the output type keeps its low 8/16 bits (integer casts wrap), round(q)
+#    modulo 2^8/2^16 (0x4B400000 ends in 16 zero bits);
+# 4. out += zp, wrapping in the same modulus, gives round(q) + zp, which lies in the type's range.
+# Measured on 1M float32 here, the division included: ~0.5 ms against ~0.85 for divide, rint, add, clip,
+# astype (~0.15 ms a float pass; the int32 cast and the 8-bit add cost half of one). NaN gives the zero point.
+# (in float64 alike: 1.5 * 2^52, the pattern 0x4338000000000000 + round(q) for |q| <= 2^51)
+_FAST_INTS = frozenset(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16))
+_ROUNDER = {np.dtype(np.float32): (np.float32(1.5 * 2 ** 23), np.int32),
+            np.dtype(np.float64): (np.float64(1.5 * 2 ** 52), np.int64)}
+
+try:        # the ufunc itself: np.clip's Python wrapper costs ~4 us a call, half a small tensor's time
+    from numpy._core.umath import clip as _clip
+except ImportError:     # numpy 1.x
+    _clip = np.clip
+_BOUNDS = {t: (float(np.iinfo(t).min), float(np.iinfo(t).max)) for t in _FAST_INTS}
+
+
+def _round_saturate_into(q: np.ndarray, out: np.ndarray, zp) -> None:
+    """out[...] = saturate(round_half_even(q) + zp) for out of a _FAST_INTS type (zp: None or of out's
+    type, broadcasting like q); q, float32 or float64 of out's shape, is overwritten."""
+    lo, hi = _BOUNDS[out.dtype]
+    if zp is not None:
+        z = float(zp) if zp.ndim == 0 else zp.astype(q.dtype)
+        lo, hi = lo - z, hi - z
+    _clip(q, lo, hi, out=q)
+    rounder, bits = _ROUNDER[q.dtype]
+    q += rounder
+    np.copyto(out, q.view(bits), casting="unsafe")
+    if zp is not None:
+        out += zp
 
 
 # -- granularity ---------------------------------------------------------------------------------
@@ -151,7 +200,7 @@ def _quantize_fn(version: int, *, axis=1, saturate=1, output_dtype=0, block_size
             q = (xf.reshape(work) / sf).astype(p).astype(_F32)
         else:
             q = (x if x.dtype == _F32 else x.astype(_F32)).reshape(work) / scale.astype(_F32)
-        return quantize_array(q, out, zp, saturate).reshape(x.shape)
+        return quantize_array(q, out, zp, saturate, scratch=True).reshape(x.shape)
     return run
 
 
@@ -252,6 +301,6 @@ def dynamic_quantize_linear_11():
             y = np.zeros(x.shape, _U8)
         else:
             zp = np.uint8(np.clip(np.rint(-lo / scale), 0, 255))
-            y = quantize_array(x / scale, _U8, np.asarray(zp))
+            y = quantize_array(x / scale, _U8, np.asarray(zp), scratch=True)
         return y, np.asarray(scale, _F32), np.asarray(zp, _U8)
     return run

@@ -202,12 +202,12 @@ def test_partly_constant_transformed_per_run(monkeypatch, case):
 def test_prepared_weights_are_one_array_across_runs(monkeypatch):
     """Every run gets the same read-only prepared weight w - w_zero_point."""
     seen = []
-    real = cq._integer_conv
+    real = cq.Convolution.__call__
 
-    def spy(x, w, x_zp, w_zp, attrs, weight):
-        seen.append(weight(w, w_zp))
-        return real(x, w, x_zp, w_zp, attrs, weight)
-    monkeypatch.setattr(cq, "_integer_conv", spy)
+    def spy(self, x, w, *rest, **kw):      # the weight the convolution receives
+        seen.append(w)
+        return real(self, x, w, *rest, **kw)
+    monkeypatch.setattr(cq.Convolution, "__call__", spy)
     rng = np.random.default_rng(5)
     x = rng.integers(0, 256, (1, 2, 4, 4)).astype(U8)
     w = rng.integers(-60, 60, (3, 2, 2, 2)).astype(I8)

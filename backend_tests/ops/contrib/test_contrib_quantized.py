@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnx_mini
 from onnx_mini.errors import InvalidNodeError, KernelError
+from onnx_mini.ops.contrib import quantized_matmul as qm
 
 from helpers import NODE, assert_same, raises_naming_node, run_node
 
@@ -834,3 +835,42 @@ def test_edge_cases_empty_and_scalar():
     assert_same(y, np.zeros((0, 2), np.float16))
     y = ms("GatherBlockQuantized", [pack(q, 4), np.zeros((0, 2), np.int64), np.ones((2, 1), F32)], block_size=16)
     assert_same(y, np.zeros((0, 2, 16), F32))
+
+
+def test_gather_block_quantized_unpacks_constant_zero_points_once(monkeypatch):
+    """Packed uint8 zero points of a constant table are unpacked at prepare; each run unpacks only the
+    gathered rows (fed ones: the zero points too), with the same result."""
+    h, nh = helper, numpy_helper
+    rng = np.random.default_rng(12)
+    data = rng.integers(0, 256, (6, 16), dtype=np.uint8)                  # 6 rows of 32 4-bit values
+    scales = (rng.random((6, 2)) + 0.5).astype(np.float32)               # blocks of 16
+    zp = rng.integers(0, 256, (6, 1), dtype=np.uint8)                     # 2 packed 4-bit zero points a row
+    idx = np.array([[4, 0], [5, 4]], np.int64)
+    node = h.make_node("GatherBlockQuantized", ["data", "idx", "scales", "zp"], ["y"], domain="com.microsoft",
+                       block_size=16, bits=4)
+    calls = []
+    real = qm.unpack_bits
+    monkeypatch.setattr(qm, "unpack_bits", lambda *a: calls.append(1) or real(*a))
+
+    def prepared(constant):
+        inits = [nh.from_array(v, n) for v, n in ((data, "data"), (scales, "scales"), (zp, "zp")) if constant]
+        fed = [] if constant else [("data", data), ("scales", scales), ("zp", zp)]
+        graph = h.make_graph([node], "g", [h.make_tensor_value_info(n, h.np_dtype_to_tensor_dtype(v.dtype), None)
+                                           for n, v in [("idx", idx)] + fed],
+                             [h.make_empty_tensor_value_info("y")], inits)
+        model = h.make_model(graph, opset_imports=[h.make_opsetid("", 21), h.make_opsetid("com.microsoft", 1)],
+                             ir_version=10)
+        return onnx_mini.prepare(model), [idx] + [v for _, v in fed]
+    rep_c, feeds_c = prepared(True)
+    assert len(calls) == 1                          # the zero points, at prepare
+    rep_f, feeds_f = prepared(False)
+    del calls[:]
+    (yc,) = rep_c.run(feeds_c)
+    assert len(calls) == 1                          # the gathered rows only
+    (yf,) = rep_f.run(feeds_f)
+    assert len(calls) == 3                          # fed: the rows and the zero points
+    q = np.stack([data & 15, data >> 4], axis=-1).reshape(6, 32).astype(np.float32)
+    z = np.stack([zp & 15, zp >> 4], axis=-1).reshape(6, 2).astype(np.float32)
+    table = (q - np.repeat(z, 16, axis=1)) * np.repeat(scales, 16, axis=1)
+    assert_same(yc, table[idx])
+    assert_same(yf, yc)

@@ -60,7 +60,7 @@ def dequantize(x: np.ndarray, scale, zp) -> np.ndarray:
 
 def quantize(y: np.ndarray, scale, zp, dtype: np.dtype) -> np.ndarray:
     """saturate(round_half_even(y / scale) + zp) in dtype."""
-    return quantize_array(y / scale, dtype, zp)
+    return quantize_array(y / scale, dtype, zp, scratch=True)
 
 
 def _unary_input(x, x_scale, x_zero_point, y_scale, y_zero_point):
@@ -229,7 +229,7 @@ def quantize_linear_1(*, axis=None):
         if out not in _Q_TYPES:
             raise InvalidValueError(f"y_zero_point has type {out}; allowed: int8, uint8, int16, uint16, int4, uint4")
         s, z = _axis_layout(x.shape, y_scale, y_zero_point, axis)
-        return quantize_array(x.astype(_F32) / s.astype(_F32), out, z)
+        return quantize_array(x.astype(_F32) / s.astype(_F32), out, z, scratch=True)
     return run
 
 

@@ -9,10 +9,12 @@ Spec: onnxruntime's ContribOperators documentation; where it is silent, onnxrunt
   initializers: W^T is dequantized once at prepare (`prepack`) when B, scales and the zero points / g_idx
   given are constants, and on every call only when some are fed at run time.
 - GatherBlockQuantized: a Gather on a block-quantized table, dequantized after the gather (only the
-  gathered rows are ever unpacked); an out-of-range index gives a slice of zeros.
-- MatMulIntegerToFloat / DynamicQuantizeMatMul / QGemm / QAttention: the exact integer product (as
-  matmul.py's `_int_product`), scaled in float32; B - b_zero_point, in the float type that keeps the
-  product exact, is made once at prepare when B and its zero point are constants.
+  gathered rows are ever unpacked); an out-of-range index gives a slice of zeros. Packed zero points
+  (and a packed rank-1 table) are unpacked once at prepare when constant.
+- MatMulIntegerToFloat / DynamicQuantizeMatMul / QGemm / QAttention: the exact integer product
+  (math.matmul's `int_matmul`: float32 BLAS, K split where the sums could pass 2^24), scaled in
+  float32; B - b_zero_point and the range of its values are made once at prepare when B and its zero
+  point are constants.
 - DynamicQuantizeLSTM: LSTM (rnn.py) on the dequantized W and R, dequantized at prepare like MatMulNBits.
   onnxruntime also quantizes X and the hidden state to uint8 at every step; the documentation does not
   ask for it, so this runtime keeps them in float32 (results agree to about one quantization step).
@@ -25,7 +27,7 @@ import numpy as np
 from ...errors import InvalidValueError
 from ...registry import kernel
 from .._common import as_array, normalize_axis, prepack
-from ..math.matmul import _centered, _exact_float, _per_col, matmul
+from ..math.matmul import _per_col, centered, int_matmul, int_operand, integer_range
 from ..quantization import dynamic_quantize_linear_11, quantize_array
 from ..rnn import lstm_14
 from ..tensor.cast import FLOAT8_MAX
@@ -138,8 +140,11 @@ _GBQ_FLOATS = frozenset(FLOAT8_MAX) - {np.dtype(ml_dtypes.float8_e8m0fnu)}
 
 
 @kernel("GatherBlockQuantized", since=1, domain=MS)
-def gather_block_quantized_1(*, bits=4, block_size=128, gather_axis=0, quantize_axis=1):
+def gather_block_quantized_1(*, bits=4, block_size=128, gather_axis=0, quantize_axis=1, _constants=None):
     bits, block_size = _check_bits(bits), _check_block_size(block_size, allow_zero=True)
+    # packed uint8 values, one per byte: the constant zero points (and a rank-1 table) once, at prepare
+    unpacked_zp = prepack(lambda zp: unpack_bits(zp, bits) if zp.dtype == _U8 else zp, _constants, (3,))
+    unpacked_data = prepack(lambda d: unpack_bits(d, bits) if d.dtype == _U8 and d.ndim == 1 else d, _constants, (0,))
 
     def run(data, indices, scales, zero_points=None):
         dt = data.dtype
@@ -181,9 +186,9 @@ def gather_block_quantized_1(*, bits=4, block_size=128, gather_axis=0, quantize_
                 raise InvalidValueError(f"zero_points of shape {list(zp.shape)} do not match scales "
                                         f"{list(scales.shape)}" + (f" ({per_byte} values per byte)" if packed else ""))
         if packed and zp is not None:          # the zero points are small: unpack them whole
-            zp = unpack_bits(zp, bits)[..., :scales.shape[-1]]
+            zp = unpacked_zp(zp)[..., :scales.shape[-1]]
         if packed and g == r - 1:              # gathering along the packed axis (rank 1): unpack first
-            data, packed = unpack_bits(data, bits), False
+            data, packed = unpacked_data(data), False
         s = shape[g]
         idx = indices.reshape(-1).astype(np.int64)
         valid = (idx >= -s) & (idx < s)
@@ -221,28 +226,40 @@ def _scalar(p: np.ndarray, what: str) -> np.ndarray:
     return p.reshape(())
 
 
-def _centered_b(b, b_zp):
-    """b - b_zp (per tensor or per column) in the float type that keeps b's product with 8-bit integers exact."""
+def _centered_b(b, b_zp, measured=False):
+    """(b - b_zp as float32, a bound of its magnitude): int_operand with B's checks; b_zp per tensor or per
+    column; measured: the bound from B's values (a constant B, prepared once)."""
     if b.dtype not in _INT8S:
         raise InvalidValueError(f"B must be int8 or uint8, got {b.dtype}")
     if b_zp is not None and b_zp.dtype != b.dtype:
         raise InvalidValueError(f"b_zero_point ({b_zp.dtype}) must have the type of its operand ({b.dtype})")
-    zp = None if b_zp is None else _per_col(b_zp, b, "b_zero_point")
-    k = b.shape[-2] if b.ndim >= 2 else b.size   # A's last dimension when the two multiply
-    return _centered(b, zp, _exact_float(k))
+    bc, rb = int_operand(b, None if b_zp is None else _per_col(b_zp, b, "b_zero_point"), measured)
+    if measured:
+        bc.setflags(write=False)
+    return bc, rb
+
+
+def _prepared_b(constants, b_index, zp_index, transform=lambda b: b):
+    """get(b, b_zero_point) -> _centered_b of transform(b): measured once at prepare when B is a constant,
+    else computed per call from B's type."""
+    if b_index in (constants or {}):
+        return prepack(lambda b, zp: _centered_b(transform(b), zp, measured=True), constants, (b_index, zp_index))
+    return lambda b, zp: _centered_b(transform(b), zp)
 
 
 def _integer_to_float(a, b, bc, a_scale, b_scale, a_zp, bias, out_dtype):
     """(a - a_zp) @ (b - b_zp) * a_scale * b_scale (+ bias): a per tensor, b per tensor or per column;
-    bc(): b - b_zp from `_centered_b` (prepared or computed now), called after a's checks."""
+    bc(): (b - b_zp, its bound) from `_centered_b` (prepared or computed now), called after a's checks.
+    The integer product is exact (int_matmul), then scaled in float32."""
     if a.dtype not in _INT8S:
         raise InvalidValueError(f"A must be int8 or uint8, got {a.dtype}")
-    b_centered = bc()
+    b_centered, rb = bc()
     if a_zp is not None and a_zp.dtype != a.dtype:
         raise InvalidValueError(f"a_zero_point ({a_zp.dtype}) must have the type of its operand ({a.dtype})")
     a_zp = None if a_zp is None else _scalar(a_zp, "a_zero_point")
     scale = _scalar(a_scale, "a_scale").astype(_F32) * _per_col(b_scale, b, "b_scale").astype(_F32)
-    y = as_array(matmul(_centered(a, a_zp, b_centered.dtype), b_centered, "matrix product")).astype(_F32, copy=False)
+    acc = int_matmul(centered(a, a_zp), b_centered, integer_range(a.dtype, a_zp) * rb, "matrix product")
+    y = acc.astype(_F32, copy=False)
     y *= scale
     if bias is not None:
         if bias.ndim != 1 or bias.shape[0] != y.shape[-1]:
@@ -254,13 +271,13 @@ def _integer_to_float(a, b, bc, a_scale, b_scale, a_zp, bias, out_dtype):
 
 @kernel("MatMulIntegerToFloat", since=1, domain=MS, heavy=True)
 def matmul_integer_to_float_1(*, _constants=None):
-    centered = prepack(_centered_b, _constants, (1, 5))
+    weight_of = _prepared_b(_constants, 1, 5)
 
     def run(a, b, a_scale, b_scale, a_zero_point=None, b_zero_point=None, bias=None):
         if a_scale.dtype not in (np.float32, np.float16) or b_scale.dtype != a_scale.dtype:
             raise InvalidValueError(f"a_scale and b_scale must both be float or float16, got {a_scale.dtype} "
                                     f"and {b_scale.dtype}")
-        return _integer_to_float(a, b, lambda: centered(b, b_zero_point), a_scale, b_scale, a_zero_point, bias,
+        return _integer_to_float(a, b, lambda: weight_of(b, b_zero_point), a_scale, b_scale, a_zero_point, bias,
                                  a_scale.dtype)
     return run
 
@@ -268,13 +285,13 @@ def matmul_integer_to_float_1(*, _constants=None):
 @kernel("DynamicQuantizeMatMul", since=1, domain=MS, heavy=True)
 def dynamic_quantize_matmul_1(*, _constants=None):
     quantize = dynamic_quantize_linear_11()   # A -> uint8, its scale and zero point (DynamicQuantizeLinear)
-    centered = prepack(_centered_b, _constants, (1, 3))
+    weight_of = _prepared_b(_constants, 1, 3)
 
     def run(a, b, b_scale, b_zero_point=None, bias=None):
         if a.dtype != _F32 or b_scale.dtype != _F32:
             raise InvalidValueError(f"A and b_scale must be float, got {a.dtype} and {b_scale.dtype}")
         aq, a_scale, a_zp = quantize(a)
-        return _integer_to_float(aq, b, lambda: centered(b, b_zero_point), a_scale, b_scale, a_zp, bias, _F32)
+        return _integer_to_float(aq, b, lambda: weight_of(b, b_zero_point), a_scale, b_scale, a_zp, bias, _F32)
     return run
 
 
@@ -283,7 +300,7 @@ def dynamic_quantize_matmul_1(*, _constants=None):
 @kernel("QGemm", since=1, domain=MS, heavy=True)
 def qgemm_1(*, alpha=1.0, transA=0, transB=0, _constants=None):
     alpha = np.float32(alpha)
-    centered = prepack(lambda b, zp: _centered_b(b.T if transB else b, zp), _constants, (3, 5))
+    weight_of = _prepared_b(_constants, 3, 5, (lambda b: b.T) if transB else (lambda b: b))
 
     def run(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c=None, y_scale=None, y_zero_point=None):
         if a.ndim != 2 or b.ndim != 2:
@@ -293,7 +310,7 @@ def qgemm_1(*, alpha=1.0, transA=0, transB=0, _constants=None):
         if a2.shape[1] != b2.shape[0]:
             raise InvalidValueError(f"A {list(a.shape)} (transA={transA}) and B {list(b.shape)} (transB={transB}) "
                                     f"do not multiply")
-        y = _integer_to_float(a2, b2, lambda: centered(b, b_zero_point), a_scale, b_scale, a_zero_point, None,
+        y = _integer_to_float(a2, b2, lambda: weight_of(b, b_zero_point), a_scale, b_scale, a_zero_point, None,
                               _F32)
         if c is not None:   # int32, quantized with scale alpha * a_scale * b_scale and zero point 0
             if c.dtype != np.int32:
@@ -312,7 +329,7 @@ def qgemm_1(*, alpha=1.0, transA=0, transB=0, _constants=None):
         if dt not in _INT8S:
             raise InvalidValueError(f"y_zero_point must be int8 or uint8, got {dt}")
         zp = None if y_zero_point is None else _scalar(y_zero_point, "y_zero_point")
-        return quantize_array(y / _scalar(y_scale, "y_scale").astype(_F32), dt, zp)
+        return quantize_array(y / _scalar(y_scale, "y_scale").astype(_F32), dt, zp, scratch=True)
     return run
 
 
@@ -389,7 +406,7 @@ def qattention_1(*, num_heads, do_rotary=0, mask_filter_value=-10000.0, past_pre
     if do_rotary or past_present_share_buffer:
         raise ValueError("do_rotary and past_present_share_buffer are not supported")
     filler = np.float32(mask_filter_value)
-    centered = prepack(_centered_b, _constants, (1, 7))
+    weight_of = _prepared_b(_constants, 1, 7)
 
     def run(x, weight, bias, input_scale, weight_scale, mask_index=None, input_zero_point=None,
             weight_zero_point=None, past=None):
@@ -402,7 +419,7 @@ def qattention_1(*, num_heads, do_rotary=0, mask_filter_value=-10000.0, past_pre
         out_dtype = input_scale.dtype
         if out_dtype not in (np.float32, np.float16) or bias.dtype != out_dtype:
             raise InvalidValueError(f"bias ({bias.dtype}) and input_scale ({out_dtype}) must be float or float16")
-        qkv = _integer_to_float(x, weight, lambda: centered(weight, weight_zero_point), input_scale, weight_scale,
+        qkv = _integer_to_float(x, weight, lambda: weight_of(weight, weight_zero_point), input_scale, weight_scale,
                                 input_zero_point, bias, _F32)
         b, s, hs = x.shape[0], x.shape[1], hidden // num_heads
         q, k, v = (qkv[..., i * hidden:(i + 1) * hidden].reshape(b, s, num_heads, hs).transpose(0, 2, 1, 3)

@@ -1,8 +1,9 @@
 """Linear algebra: Gemm, MatMul, MatMulInteger, QLinearMatMul, Einsum, Det (every version).
 
 The products go straight to BLAS through np.matmul; float16/bfloat16 are computed in float32 and
-rounded back once. The integer (quantized) products accumulate in float32/float64, which is exact
-for the int8/uint8 operand ranges (see _exact_float), so they also run on BLAS.
+rounded back once. The integer (quantized) products also run on BLAS, in float32, exactly: K is split
+where the sums could pass 2^24 (`int_matmul`, shared with the convolutions and com.microsoft's
+quantized products). A constant B is shifted by its zero point once, at prepare.
 """
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import numpy as np
 from ... import blas
 from ...errors import InvalidValueError
 from ...registry import kernel
-from .._common import UPCAST, as_array, same_type
+from .._common import UPCAST, as_array, prepack, same_type
+from ..quantization import quantize_array
 
 
 def _shapes_error(a: np.ndarray, b: np.ndarray, what: str = "matrix product") -> InvalidValueError:
@@ -159,45 +161,129 @@ def _per_col(p: np.ndarray, x: np.ndarray, what: str) -> np.ndarray:
                             f"operand of shape {list(x.shape)}")
 
 
-def _exact_float(k: int) -> type:
-    """A float type whose matmul accumulation of k products of 9-bit integers (|v| <= 255 after the
-    zero point, so |product| <= 65025 < 2**16) is exact: float32 while k * 2**16 <= 2**24."""
-    return np.float32 if k <= 256 else np.float64
+# -- exact integer products --------------------------------------------------------------------------
+# The integer products run on BLAS in float32. Every product and partial sum of integers is exact while
+# its magnitude stays within 2^24 (float32 holds every integer up to there): with |a - a_zp| <= ra and
+# |b - b_zp| <= rb, any partial sum over k terms is at most k * ra * rb. So K splits into chunks of at
+# most 2^24 // (ra * rb) terms (>= 258 for 8-bit operands: |x - zp| <= 255), each an exact float32
+# product, added in float64 (exact below 2^53). ra and rb come from the operand's type and zero point
+# (`integer_range`), or from a constant operand's values, measured once (`int_operand`).
+F32_EXACT = 1 << 24
 
 
-def _centered(x: np.ndarray, zp, ft) -> np.ndarray:
-    """x - zero_point as float type ft (exact for 8-bit integers and float8 values)."""
+def integer_range(dtype: np.dtype, zero_point=None) -> int:
+    """max |x - zero_point| over every x of the integer type (zero_point None, a scalar or an array)."""
+    info = ml_dtypes.iinfo(dtype)
+    if zero_point is None or zero_point.size == 0:
+        lo = hi = 0
+    elif zero_point.size == 1:
+        lo = hi = int(zero_point.reshape(-1)[0])
+    else:
+        lo, hi = int(zero_point.min()), int(zero_point.max())
+    return max(hi - int(info.min), int(info.max) - lo)
+
+
+def centered(x: np.ndarray, zp, ft=np.float32) -> np.ndarray:
+    """x - zero_point as a new array of float type ft (exact for 8-bit integers and float8 values;
+    astype then an in-place subtract: 1.4x faster than one mixed-type ufunc, which casts in buffers)."""
     xf = x.astype(ft)
-    if zp is None:
-        return xf
-    zp = zp.astype(ft)
-    if not zp.any():
-        return xf
-    xf -= zp
+    if zp is not None:
+        zp = zp.astype(ft)
+        if zp.any():
+            xf -= zp
     return xf
 
 
-def _int_product(a, b, a_zp, b_zp, what):
-    """(a - a_zp) @ (b - b_zp) in a float type that holds the exact integer result."""
+def int_operand(x: np.ndarray, zp, measured: bool = False) -> tuple[np.ndarray, int]:
+    """(x - zp as float32, a bound on its magnitude): from x's type and zero point, or, measured, from
+    its values (for a constant operand, made once at prepare: its true range is often narrower)."""
+    xf = centered(x, zp)
+    if measured:
+        bound = max(-float(xf.min()), float(xf.max())) if xf.size else 0
+        return xf, int(bound)
+    return xf, integer_range(x.dtype, zp)
+
+
+def int_matmul(a: np.ndarray, b: np.ndarray, bound: int, what: str = "matrix product") -> np.ndarray:
+    """a @ b, exactly, for float32 arrays holding integers whose products are at most `bound` in
+    magnitude: one float32 product when every partial sum stays within 2^24, else K in chunks that
+    do, their float32 products added in float64. The result holds the exact integers (float32 or
+    float64)."""
     k = a.shape[-1] if a.ndim else 0
-    ft = _exact_float(k) if a.dtype.kind in "iu" and b.dtype.kind in "iu" else np.float32
-    return matmul(_centered(a, a_zp, ft), _centered(b, b_zp, ft), what)
+    step = F32_EXACT // bound if bound else k
+    if k <= step or b.ndim == 0 or k != b.shape[-2 if b.ndim >= 2 else 0]:
+        return as_array(matmul(a, b, what))
+    parts = -(-k // step)
+    step = -(-k // parts)                   # chunks of even size
+    acc = None
+    for k0 in range(0, k, step):
+        part = as_array(matmul(a[..., k0:k0 + step], b[..., k0:k0 + step, :] if b.ndim >= 2 else b[k0:k0 + step],
+                               what))
+        if acc is None:
+            acc = part.astype(np.float64)
+        else:
+            acc += part
+    return acc
+
+
+def to_int32(acc: np.ndarray, k: int, bound: int) -> np.ndarray:
+    """int_matmul's exact integers as int32, wrapping beyond its range as 32-bit accumulation does
+    (the spec allows overflow only there)."""
+    if k * bound >= 1 << 31:
+        return acc.astype(np.int64).astype(np.int32)
+    return acc.astype(np.int32)
+
+
+def _int_product(a, b, a_zp, b_zp, what, b_prepared=None):
+    """(a - a_zp) @ (b - b_zp), exact for integer operands (float8 ones: summed in float32);
+    b_prepared: int_operand(b, b_zp) made already (a constant B), or None. -> (product, k, bound)."""
+    k = a.shape[-1] if a.ndim else 0
+    for x, name in ((a, "A"), (b, "B")):
+        if x.dtype.kind in "iu" and x.dtype.itemsize != 1:
+            raise InvalidValueError(f"{what}: {name} must be int8 or uint8, got {x.dtype}")
+    if a.dtype.kind not in "iu" or b.dtype.kind not in "iu":
+        return as_array(matmul(centered(a, a_zp), centered(b, b_zp), what)), k, 0
+    bc, rb = b_prepared if b_prepared is not None else int_operand(b, b_zp)
+    bound = integer_range(a.dtype, a_zp) * rb
+    return int_matmul(centered(a, a_zp), bc, bound, what), k, bound
+
+
+def _int_weight(b, b_zp, what):
+    """int_operand(b, b_zero_point) of a constant B, made once (prepack), with the checks of the run."""
+    b_zp = None if b_zp is None else _per_col(b_zp, b, what)
+    bc, rb = int_operand(b, b_zp, measured=b.dtype.kind in "iu")
+    bc.setflags(write=False)
+    return bc, rb
+
+
+def _weight_of(constants, b_index: int, zp_index: int):
+    """get(b, b_zero_point) -> int_operand of B with its measured range, made once at prepare when B is a
+    constant (None when B is fed: then B's type gives the range, without a pass over it)."""
+    if b_index not in (constants or {}):
+        return None
+    return prepack(lambda b, zp: _int_weight(b, zp, "b_zero_point"), constants, (b_index, zp_index))
+
+
+def _zero_points(a, b, a_zero_point, b_zero_point):
+    a_zp = None if a_zero_point is None else _per_row(a_zero_point, a, "a_zero_point")
+    b_zp = None if b_zero_point is None else _per_col(b_zero_point, b, "b_zero_point")
+    if a_zp is not None and a_zp.dtype != a.dtype or b_zp is not None and b_zp.dtype != b.dtype:
+        raise InvalidValueError("a zero point must have the type of its operand")
+    return a_zp, b_zp
 
 
 @kernel("MatMulInteger", since=10, heavy=True)
-def matmul_integer_10():
+def matmul_integer_10(*, _constants=None):
+    weight = _weight_of(_constants, 1, 3)
+
     def run(a, b, a_zero_point=None, b_zero_point=None):
-        a_zp = None if a_zero_point is None else _per_row(a_zero_point, a, "a_zero_point")
-        b_zp = None if b_zero_point is None else _per_col(b_zero_point, b, "b_zero_point")
-        if a_zp is not None and a_zp.dtype != a.dtype or b_zp is not None and b_zp.dtype != b.dtype:
-            raise InvalidValueError("a zero point must have the type of its operand")
+        a_zp, b_zp = _zero_points(a, b, a_zero_point, b_zero_point)
         if a.ndim == 1 and a_zp is not None and a_zp.ndim:
             raise InvalidValueError("a 1-D A takes a scalar a_zero_point")
-        return as_array(_int_product(a, b, a_zp, b_zp, "MatMulInteger")).astype(np.int32)
+        prepared = weight(b, b_zero_point) if weight is not None and b.dtype.kind in "iu" else None
+        acc, k, bound = _int_product(a, b, a_zp, b_zp, "MatMulInteger", prepared)
+        return to_int32(acc, k, bound)
     return run
-
-
-_INT_RANGE = {np.dtype(t): (np.iinfo(t).min, np.iinfo(t).max) for t in (np.int8, np.uint8)}
 
 
 def _saturate_float8(y: np.ndarray, dt: np.dtype) -> np.ndarray:
@@ -207,38 +293,39 @@ def _saturate_float8(y: np.ndarray, dt: np.dtype) -> np.ndarray:
     return np.clip(y, -top, top, out=y).astype(dt)
 
 
-def _qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
-    if a_zero_point.dtype != a.dtype or b_zero_point.dtype != b.dtype:
-        raise InvalidValueError("a zero point must have the type of its operand")
-    if y_scale.size != 1 or y_zero_point.size != 1:
-        raise InvalidValueError(f"y_scale and y_zero_point must be scalars, got shapes {list(y_scale.shape)} "
-                                f"and {list(y_zero_point.shape)}")
-    a_zp = _per_row(a_zero_point, a, "a_zero_point")
-    b_zp = _per_col(b_zero_point, b, "b_zero_point")
-    row = _per_row(a_scale, a, "a_scale").astype(np.float32)
-    col = _per_col(b_scale, b, "b_scale").astype(np.float32)
-    if a.ndim == 1 and (row.ndim or a_zp.ndim):
-        raise InvalidValueError("a 1-D a takes a scalar a_scale and a_zero_point")
-    if b.ndim == 1 and (col.ndim or b_zp.ndim):
-        raise InvalidValueError("a 1-D b takes a scalar b_scale and b_zero_point")
-    if b.ndim == 1 and row.ndim:  # the product drops N: a per-row [..., M, 1] becomes [..., M]
-        row = row[..., 0]
-    acc = as_array(_int_product(a, b, a_zp, b_zp, "QLinearMatMul"))
-    y = acc.astype(np.float32, copy=False)
-    y *= (row * col) / y_scale.astype(np.float32).reshape(())
-    dt = y_zero_point.dtype
-    if dt in _INT_RANGE:
-        lo, hi = _INT_RANGE[dt]
-        np.rint(y, out=y)
+def _qlinear_matmul(weight):
+    """QLinearMatMul's function; weight(b, b_zero_point): int_operand of B made once (a constant B), or None."""
+    def run(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
+        if a_zero_point.dtype != a.dtype or b_zero_point.dtype != b.dtype:
+            raise InvalidValueError("a zero point must have the type of its operand")
+        if y_scale.size != 1 or y_zero_point.size != 1:
+            raise InvalidValueError(f"y_scale and y_zero_point must be scalars, got shapes {list(y_scale.shape)} "
+                                    f"and {list(y_zero_point.shape)}")
+        a_zp = _per_row(a_zero_point, a, "a_zero_point")
+        b_zp = _per_col(b_zero_point, b, "b_zero_point")
+        row = _per_row(a_scale, a, "a_scale").astype(np.float32)
+        col = _per_col(b_scale, b, "b_scale").astype(np.float32)
+        if a.ndim == 1 and (row.ndim or a_zp.ndim):
+            raise InvalidValueError("a 1-D a takes a scalar a_scale and a_zero_point")
+        if b.ndim == 1 and (col.ndim or b_zp.ndim):
+            raise InvalidValueError("a 1-D b takes a scalar b_scale and b_zero_point")
+        if b.ndim == 1 and row.ndim:  # the product drops N: a per-row [..., M, 1] becomes [..., M]
+            row = row[..., 0]
+        prepared = weight(b, b_zero_point) if weight is not None and b.dtype.kind in "iu" else None
+        acc, _, _ = _int_product(a, b, a_zp, b_zp, "QLinearMatMul", prepared)
+        y = acc.astype(np.float32, copy=False)
+        y *= (row * col) / y_scale.astype(np.float32).reshape(())
+        dt = y_zero_point.dtype
+        if dt.kind in "iu":     # saturate(round(y) + zero point)
+            return quantize_array(y, dt, y_zero_point.reshape(()), scratch=True)
         y += y_zero_point.astype(np.float32).reshape(())
-        return np.clip(y, lo, hi, out=y).astype(dt)
-    y += y_zero_point.astype(np.float32).reshape(())
-    return _saturate_float8(y, dt)
+        return _saturate_float8(y, dt)
+    return run
 
 
 @kernel("QLinearMatMul", since=(10, 21), heavy=True)
-def qlinear_matmul_10():
-    return _qlinear_matmul
+def qlinear_matmul_10(*, _constants=None):
+    return _qlinear_matmul(_weight_of(_constants, 3, 5))
 
 
 # -- Einsum --------------------------------------------------------------------------------------

@@ -1,11 +1,18 @@
 """ConvInteger (10) and QLinearConv (10): convolutions of 8-bit integers, through Conv's float kernel.
 
-x - x_zero_point and w - w_zero_point are small integers (|v| <= 255), so their products and every partial
-sum are integers of at most 65025 * (C/group * prod(kernel)) in magnitude: float32 holds them exactly below
-2^24, float64 below 2^53. The convolution runs as Conv's (BLAS) float formulation in the narrowest exact
-type, and the result is converted back to integers exactly. Padding is zero after the zero-point shift
-(the input is padded with its zero point). w - w_zero_point is made once at prepare when both are
-constants (`ops._common.prepack`), and on every call only when they are fed at run time.
+x - x_zero_point and w - w_zero_point are integers (|v| <= 255), so every product and partial sum of
+the convolution is an integer of at most C/group * prod(kernel) * max|x - x_zp| * max|w - w_zp| in
+magnitude: float32 holds it exactly up to 2^24, float64 up to 2^53 (math.matmul's exact integer
+products). The convolution runs as Conv's float formulation (`Convolution`, one per node and float
+type) in float32 when that bound, plus max |B| for QLinearConv's bias (the convolution adds it), stays
+within 2^24, Winograd left out there (its transforms do not keep float32 sums exact); else in float64.
+The result is converted back to integers exactly. Padding is zero after the zero-point shift (the
+input is padded with its zero point). QLinearConv rescales in float64, then rounds and saturates with
+quantization.py's `quantize_array`.
+
+Made once at prepare from constants (`ops._common.prepack`): w - w_zero_point with the range of its
+values (a tighter bound than the type's), B as floats with its range, and QLinearConv's rescale
+x_scale * w_scale / y_scale.
 """
 from __future__ import annotations
 
@@ -16,10 +23,12 @@ import numpy as np
 from ...errors import InvalidValueError
 from ...registry import kernel
 from .._common import prepack
+from ..math.matmul import F32_EXACT, centered, integer_range
+from ..quantization import quantize_array
 from ._common import check_auto_pad
-from .conv import convolve
+from .conv import Convolution
 
-_EXACT_F32 = 2 ** 24
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 
 
 def _per_tensor_or_channel(zp, dtype, what: str, per_channel: int | None = None) -> np.ndarray:
@@ -40,52 +49,108 @@ def _check_8bit(a, what: str) -> None:
         raise InvalidValueError(f"{what} must be uint8 or int8, got {a.dtype}")
 
 
-def _shifted_weight(w, w_zero_point) -> np.ndarray:
-    """w - w_zero_point as float values holding exact integers, in the narrowest type keeping the conv exact."""
+def _shifted_weight(w, w_zero_point, measured=False) -> tuple[np.ndarray, int]:
+    """(w - w_zero_point as float32 holding exact integers, a bound on its magnitude): from the types, or
+    measured from the values (a constant W, made once)."""
     _check_8bit(w, "w")
     if w.ndim < 3:
         raise InvalidValueError(f"w must have rank >= 3 (M, C/group, spatial...), got shape {list(w.shape)}")
     m = w.shape[0]
-    reduction = math.prod(w.shape[1:])
-    ft = np.float32 if 255 * 255 * reduction < _EXACT_F32 else np.float64
-    wzp = _per_tensor_or_channel(w_zero_point, ft, "w_zero_point", per_channel=m)
-    return w.astype(ft) - wzp.reshape(wzp.shape + (1,) * (w.ndim - 1))
-
-
-def _integer_conv(x, w, x_zero_point, w_zero_point, attrs, weight=_shifted_weight) -> np.ndarray:
-    """conv(x - x_zero_point, w - w_zero_point) as float values holding exact integers (weight: how
-    w - w_zero_point is obtained, `_prepared_weight`'s get)."""
-    _check_8bit(x, "x")
-    ws = weight(w, w_zero_point)
-    xs = x.astype(ws.dtype) - _per_tensor_or_channel(x_zero_point, ws.dtype, "x_zero_point")
-    return convolve(xs, ws, None, *attrs)
+    if w_zero_point is not None and w_zero_point.size != 1 and w_zero_point.shape != (m,):
+        _per_tensor_or_channel(w_zero_point, _F32, "w_zero_point", per_channel=m)   # raises, naming the shapes
+    zp = None if w_zero_point is None else w_zero_point.reshape((-1,) + (1,) * (w.ndim - 1))
+    ws = centered(w, zp)
+    if measured:
+        ws.setflags(write=False)
+        return ws, int(max(-float(ws.min()), float(ws.max()))) if ws.size else 0
+    return ws, integer_range(w.dtype, w_zero_point)
 
 
 def _attrs(auto_pad, dilations, group, kernel_shape, pads, strides):
     auto_pad = check_auto_pad(auto_pad)
     if group < 1:
         raise ValueError(f"group must be >= 1, got {group}")
-    return auto_pad, dilations, group, kernel_shape, pads, strides
+    return dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
+                strides=strides)
+
+
+def _int_bias(b) -> tuple[np.ndarray, int]:
+    """QLinearConv's int32 B as float32 (exact while |B| <= 2^24; checked against that) and max |B|."""
+    bf = b.astype(_F32)
+    bf.setflags(write=False)
+    return bf, int(np.abs(b.astype(np.int64)).max()) if b.size else 0
+
+
+class _IntegerConv:
+    """conv(x - x_zero_point, w - w_zero_point) (+ B) as float values holding the exact integers, for
+    one node: w's shift (and B as floats) made once when constant, and one Convolution per float type,
+    which keeps the constant W's per-shape transforms."""
+
+    def __init__(self, attrs, constants, w_index, zp_index, b_index=None):
+        constants = constants or {}
+        self.attrs = attrs
+        self.weight = prepack(lambda w, zp: _shifted_weight(w, zp, measured=True), constants, (w_index, zp_index)) \
+            if w_index in constants else _shifted_weight
+        self.bias = prepack(_int_bias, constants, (b_index,)) if b_index in constants else _int_bias
+        self.prepared = None              # the constant W's shift (float32), once seen
+        self.w64 = None                   # ... and in float64, made on first need
+        self.convs = {}
+
+    def __call__(self, x, w, x_zero_point, w_zero_point, b=None):
+        _check_8bit(x, "x")
+        ws, rw = self.weight(w, w_zero_point)
+        constant = not ws.flags.writeable          # prepared ones are read-only, per-call ones are not
+        xzp = None if x_zero_point is None else \
+            _per_tensor_or_channel(x_zero_point, x_zero_point.dtype, "x_zero_point")
+        bf, rb = (None, 0) if b is None else self.bias(b)
+        # every partial sum, and the bias added to it, within 2^24: float32 holds them exactly
+        exact32 = math.prod(w.shape[1:]) * integer_range(x.dtype, xzp) * rw + rb <= F32_EXACT
+        ft = _F32 if exact32 else _F64
+        if not exact32:
+            if constant:
+                if self.w64 is None or self.prepared is not ws:
+                    w64 = ws.astype(_F64)
+                    w64.setflags(write=False)
+                    self.prepared, self.w64 = ws, w64
+                ws = self.w64
+            else:
+                ws = ws.astype(_F64)
+            bf = None if b is None else b.astype(_F64)
+        conv = self.convs.get(ft)
+        if conv is None:
+            known = {1: ws} if constant else {}
+            if bf is not None and not bf.flags.writeable and exact32:
+                known[2] = bf
+            conv = self.convs[ft] = Convolution(**self.attrs, constants=known, exact=exact32)
+        return conv(centered(x, xzp, ft), ws, bf)
 
 
 @kernel("ConvInteger", since=10, heavy=True)
 def conv_integer_10(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None,
                     _constants=None):
-    attrs = _attrs(auto_pad, dilations, group, kernel_shape, pads, strides)
-    weight = prepack(_shifted_weight, _constants, (1, 3))
+    conv = _IntegerConv(_attrs(auto_pad, dilations, group, kernel_shape, pads, strides), _constants, 1, 3)
 
     def conv_integer(x, w, x_zero_point=None, w_zero_point=None):
-        y = _integer_conv(x, w, x_zero_point, w_zero_point, attrs, weight)
-        # exact integers; beyond int32 the accumulation wraps (the spec allows overflow only in 32 bits)
-        return y.astype(np.int64).astype(np.int32)
+        y = conv(x, w, x_zero_point, w_zero_point)
+        if y.dtype == _F64:   # exact integers; beyond int32 the accumulation wraps (allowed only in 32 bits)
+            return y.astype(np.int64).astype(np.int32)
+        return y.astype(np.int32)
     return conv_integer
+
+
+def _rescale(x_scale, w_scale, y_scale):
+    """x_scale * w_scale / y_scale in float64 from the float32 scales: a scalar or one per output channel."""
+    xs = _per_tensor_or_channel(x_scale, _F64, "x_scale")
+    ws = _per_tensor_or_channel(w_scale, _F64, "w_scale", per_channel=w_scale.size)
+    ys = _per_tensor_or_channel(y_scale, _F64, "y_scale")
+    return xs * ws / ys
 
 
 @kernel("QLinearConv", since=10, heavy=True)
 def qlinear_conv_10(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None,
                     _constants=None):
-    attrs = _attrs(auto_pad, dilations, group, kernel_shape, pads, strides)
-    weight = prepack(_shifted_weight, _constants, (3, 5))
+    conv = _IntegerConv(_attrs(auto_pad, dilations, group, kernel_shape, pads, strides), _constants, 3, 5, 8)
+    rescale = prepack(_rescale, _constants, (1, 4, 6), required=3)
 
     def qlinear_conv(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None):
         _check_8bit(y_zero_point, "y_zero_point")
@@ -93,16 +158,17 @@ def qlinear_conv_10(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=
         if B is not None:
             if B.shape != (m,) or B.dtype != np.int32:
                 raise InvalidValueError(f"B must be an int32 tensor of shape [{m}], got {B.dtype} {list(B.shape)}")
-        acc = _integer_conv(x, w, x_zero_point, w_zero_point, attrs, weight).astype(np.float64, copy=False)
-        r = acc.ndim - 2
-        if B is not None:     # exact: |acc| < 2^53, |B| < 2^31
-            acc = acc + B.astype(np.float64).reshape((1, m) + (1,) * r)
-        # the real-valued rescale, in float64 from the float32 scales
-        xs = _per_tensor_or_channel(x_scale, np.float64, "x_scale")
-        ws = _per_tensor_or_channel(w_scale, np.float64, "w_scale", per_channel=m)
-        ys = _per_tensor_or_channel(y_scale, np.float64, "y_scale")
-        scale = (xs * ws / ys).reshape((1, -1) + (1,) * r) if ws.ndim else xs * ws / ys
-        y = np.rint(acc * scale) + _per_tensor_or_channel(y_zero_point, np.float64, "y_zero_point")
-        info = np.iinfo(y_zero_point.dtype)
-        return np.clip(y, info.min, info.max).astype(y_zero_point.dtype)
+        if w_scale.size != 1 and w_scale.shape != (m,):
+            _per_tensor_or_channel(w_scale, _F64, "w_scale", per_channel=m)   # raises, naming the shapes
+        acc = conv(x, w, x_zero_point, w_zero_point, B)          # (x - x_zp) * (w - w_zp) + B, exact
+        scale = rescale(x_scale, w_scale, y_scale)
+        if scale.ndim:
+            scale = scale.reshape((1, -1) + (1,) * (acc.ndim - 2))
+        # the real-valued rescale in float64: (acc + B) * scale with its one rounding, then rounded half to
+        # even, the zero point added, saturated (quantize_array). (A cast then an in-place product: a ufunc
+        # mixing float32 and float64 casts in buffers, 2-3x slower.)
+        y = acc.astype(_F64)
+        y *= scale
+        zp = _per_tensor_or_channel(y_zero_point, y_zero_point.dtype, "y_zero_point")
+        return quantize_array(y, zp.dtype, zp, scratch=True)
     return qlinear_conv

@@ -25,14 +25,16 @@ class Convolution:
 
     constants: {input index: array} known at prepare time (1: W, 2: B); algorithm: a name of
     select.ALGORITHMS to take where it applies (ValueError for another name); shuffle: the calls
-    will ask for shuffle (B is then in shuffle order: the bias column is prepared for it). `algorithms` maps each
+    will ask for shuffle (B is then in shuffle order: the bias column is prepared for it); exact: X and W hold
+    integers whose float32 sums must stay exact (select's `exact`). `algorithms` maps each
     X shape seen to the algorithm that last ran on it."""
 
     def __init__(self, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None,
-                 constants=None, algorithm=None, shuffle=False):
+                 constants=None, algorithm=None, shuffle=False, exact=False):
         self.attrs = (checks.check_attributes(auto_pad, group), dilations, group, kernel_shape, pads, strides)
         self.group = group
         self.forced = check_name(algorithm)
+        self.exact = exact
         constants = constants or {}
         self.w, self.b = constants.get(1), constants.get(2)
         self.w_finite = self.w is None or not _transformable(self.w, group) or _weights_finite(self.w, group)
@@ -127,7 +129,7 @@ class Convolution:
         def choose(finite_values):
             return select(x.shape, w.shape, x.dtype, group=self.group, kernel=kernel, strides=strides,
                           dilations=dil, begin=begin, end=end, out=out, finite=finite_values, forced=self.forced,
-                          shuffle=shuffle)
+                          shuffle=shuffle, exact=self.exact)
         name = choose(self.w_finite if w is self.w else True)
         layout = _Layout(geometry, name, choose(False) if name in NEEDS_FINITE else name)
         if len(self.layouts) >= thresholds.LAYOUTS:

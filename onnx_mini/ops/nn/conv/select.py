@@ -6,7 +6,8 @@ Algorithms (the names `prepare(model, conv_algorithm=...)` takes):
 - "im2col": windows copied once into columns, one matmul per group; computes every Conv (im2col.py);
 - "shifted": stride 1, one group: one matmul per tap on runs of the flat padded input (shifted.py);
 - "winograd": F(2x2, 3x3), 2-D 3x3, stride and dilation 1, one group, float32/float64 compute type,
-  finite X and W (winograd.py);
+  finite X and W, not for integer sums that must stay exact in float32 (`exact`: its transforms
+  take quarters and grow the values) (winograd.py);
 - "depthwise-flat", "depthwise-channels-last": one input channel per group (depthwise.py);
 - "depthwise-einsum": the same with one output channel per input channel;
 - "depthwise-banded": the same, 2-D, float32/float64 compute type, finite X and W (banded.py).
@@ -39,12 +40,13 @@ def check_name(name) -> str | None:
 
 
 def select(x_shape, w_shape, dtype, *, group: int, kernel, strides, dilations, begin, end, out,
-           finite: bool = True, forced: str | None = None, shuffle: bool = False) -> str:
+           finite: bool = True, forced: str | None = None, shuffle: bool = False, exact: bool = False) -> str:
     """The algorithm for X of `x_shape` and type `dtype` (float16/bfloat16 compute in float32), W of
     `w_shape`, and the checked geometry (kernel, strides, dilations, pads begin/end, output sizes).
     finite: whether X and W may go to the algorithms that need finite values (False when a value is
     known not to be); forced: an algorithm to take where it applies; shuffle: the output is written
-    in channel-shuffle order (ops/fused.py), which only pointwise does (ValueError otherwise)."""
+    in channel-shuffle order (ops/fused.py), which only pointwise does (ValueError otherwise); exact: X and W
+    hold integers whose sums must stay exact (ConvInteger, QLinearConv in float32): no Winograd."""
     n, c = x_shape[:2]
     m, cg = w_shape[:2]
     if n == 0 or m == 0 or cg == 0:
@@ -62,7 +64,7 @@ def select(x_shape, w_shape, dtype, *, group: int, kernel, strides, dilations, b
         return {"pointwise": pointwise,
                 "im2col": True,
                 "shifted": stride_1 and group == 1,
-                "winograd": finite and winograd.applies(dtype, group, kernel, strides, dilations),
+                "winograd": finite and not exact and winograd.applies(dtype, group, kernel, strides, dilations),
                 "depthwise-flat": depthwise,
                 "depthwise-channels-last": depthwise,
                 "depthwise-einsum": depthwise and mult == 1,

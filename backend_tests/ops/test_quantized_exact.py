@@ -1,0 +1,317 @@
+"""Integer products through float BLAS are bit-identical to the integer definition.
+
+Every quantized product (MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv, and com.microsoft's
+DynamicQuantizeMatMul, MatMulIntegerToFloat, QGemm, QAttention) sums (a - a_zp) * (b - b_zp) in float:
+float32 holds every integer up to 2^24, so K * max|a - a_zp| * max|b - b_zp| <= 2^24 may run in one
+float32 product, and beyond that K is split (or the convolution runs in float64). The references here
+are np.int64 products written in the test; the operands sit at the extremes (0 against a zero point of
+255, -128 against 127: |a - a_zp| = |b - b_zp| = 255, every product 65025, odd) at the largest K of the
+float32 path (2^24 // 65025 = 258) and just past it, where a float32 sum cannot hold the result.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper, numpy_helper
+
+import onnx_mini
+from onnx_mini.ops.math.matmul import F32_EXACT, int_matmul, integer_range
+
+from helpers import NODE, assert_same
+
+MS = "com.microsoft"
+F32, U8, I8 = np.float32, np.uint8, np.int8
+K_F32 = F32_EXACT // (255 * 255)      # 258: the largest K summed in one float32 product at the extremes
+
+
+def run(op, inputs, const=(), n_outputs=1, domain="", version=None, **attrs):
+    """One node; inputs[k] an initializer for k in const (the prepared path), fed otherwise (None: omitted)."""
+    names = ["" if x is None else f"in{k}" for k, x in enumerate(inputs)]
+    while names and not names[-1]:
+        names.pop()
+    node = helper.make_node(op, names, [f"out{k}" for k in range(n_outputs)], name=NODE, domain=domain, **attrs)
+    fed = [k for k, x in enumerate(inputs) if x is not None and k not in const]
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info(names[k], helper.np_dtype_to_tensor_dtype(inputs[k].dtype), None) for k in fed],
+        [helper.make_empty_tensor_value_info(f"out{k}") for k in range(n_outputs)],
+        [numpy_helper.from_array(inputs[k], names[k]) for k in sorted(const) if inputs[k] is not None])
+    opsets = [helper.make_opsetid("", version if not domain and version else 21)]
+    if domain:
+        opsets.append(helper.make_opsetid(domain, version or 1))
+    model = helper.make_model(graph, opset_imports=opsets, ir_version=10)
+    out = onnx_mini.prepare(model).run([inputs[k] for k in fed])
+    return tuple(out) if n_outputs > 1 else out[0]
+
+
+def both(op, inputs, const, **kw):
+    """The node's result with every input fed and with `const` as initializers: the same bits."""
+    fed = run(op, inputs, (), **kw)
+    prepared = run(op, inputs, const, **kw)
+    as_tuple = (lambda v: v if isinstance(v, tuple) else (v,))
+    for f, p in zip(as_tuple(fed), as_tuple(prepared)):
+        assert_same(p, f)
+    return fed
+
+
+def ref_product(a, b, a_zp=0, b_zp=0):
+    """(a - a_zp) @ (b - b_zp) in np.int64 (the integer definition)."""
+    return np.matmul(a.astype(np.int64) - np.asarray(a_zp, np.int64), b.astype(np.int64) - np.asarray(b_zp, np.int64))
+
+
+def ref_conv(x, w, x_zp=0, w_zp=0, pad=0, group=1):
+    """conv(x - x_zp, w - w_zp), 2-D, stride 1, in np.int64 (padding: zero after the shift)."""
+    xs = x.astype(np.int64) - np.asarray(x_zp, np.int64)
+    ws = w.astype(np.int64) - np.asarray(w_zp, np.int64).reshape(-1, 1, 1, 1)
+    xs = np.pad(xs, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    m, cg, kh, kw = w.shape
+    win = np.lib.stride_tricks.sliding_window_view(xs, (kh, kw), axis=(2, 3))   # n, c, oh, ow, kh, kw
+    n, _, oh, ow = win.shape[:4]
+    out = np.empty((n, m, oh, ow), np.int64)
+    mg = m // group
+    for g in range(group):
+        out[:, g * mg:(g + 1) * mg] = np.einsum("nchwij,mcij->nmhw", win[:, g * cg:(g + 1) * cg],
+                                                ws[g * mg:(g + 1) * mg])
+    return out
+
+
+def extremes(shape, low, high, rng):
+    """An array of `shape` holding only `low` and `high`, mostly `low` (so sums reach K * 65025)."""
+    return np.where(rng.random(shape) < 0.9, low, high)
+
+
+# -- the helper ------------------------------------------------------------------------------------
+
+def test_integer_range_from_type_and_zero_point():
+    assert integer_range(np.dtype(U8)) == 255
+    assert integer_range(np.dtype(I8)) == 128
+    assert integer_range(np.dtype(U8), np.array(255, U8)) == 255          # 0 - 255
+    assert integer_range(np.dtype(U8), np.array(128, U8)) == 128          # 0 - 128 (255 - 128 = 127)
+    assert integer_range(np.dtype(I8), np.array(127, I8)) == 255          # -128 - 127
+    assert integer_range(np.dtype(I8), np.array([-3, 5], I8)) == 133      # -128 - 5 and 127 + 3
+
+
+@pytest.mark.parametrize("k", [K_F32, K_F32 + 1, 3 * K_F32 + 7])
+def test_int_matmul_float32_up_to_the_bound_then_split(k):
+    """At the bound one float32 product holds the sum; past it the result is float64 (K split), exact."""
+    a = np.full((3, k), -255, F32)
+    b = np.full((k, 2), -255, F32)
+    y = int_matmul(a, b, 255 * 255)
+    assert y.dtype == (np.float32 if k <= K_F32 else np.float64)
+    assert (y == 65025 * k).all()
+    assert 65025 * k > F32_EXACT or k == K_F32           # past the bound float32 cannot even hold the result
+
+
+def test_int_matmul_random_batched_against_int64():
+    rng = np.random.default_rng(0)
+    a = rng.integers(-255, 256, (2, 3, 1000)).astype(F32)
+    b = rng.integers(-255, 256, (1000, 5)).astype(F32)
+    y = int_matmul(a, b, 255 * 255)
+    assert y.dtype == np.float64
+    np.testing.assert_array_equal(y.astype(np.int64), np.matmul(a.astype(np.int64), b.astype(np.int64)))
+    v = rng.integers(-255, 256, 700).astype(F32)                          # 1-D operands
+    assert int_matmul(v, v, 255 * 255) == float(np.dot(v.astype(np.int64), v.astype(np.int64)))
+
+
+# -- MatMulInteger ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("k", [K_F32, K_F32 + 1, 1000])
+def test_matmul_integer_extremes(k):
+    rng = np.random.default_rng(k)
+    a = extremes((4, k), 0, 255, rng).astype(U8)
+    b = extremes((k, 3), -128, 127, rng).astype(I8)
+    a_zp, b_zp = np.array(255, U8), np.array(127, I8)
+    y = both("MatMulInteger", [a, b, a_zp, b_zp], {1, 3}, version=10)
+    assert_same(y, ref_product(a, b, 255, 127).astype(np.int32))
+
+
+def test_matmul_integer_largest_sum_at_the_float32_bound_and_past_it():
+    """Every product 65025: the sum 65025 * K at K = 258 (float32 path) and 259 (split), exactly."""
+    for k in (K_F32, K_F32 + 1):
+        a = np.zeros((2, k), U8)
+        b = np.full((k, 2), -128, I8)
+        y = both("MatMulInteger", [a, b, np.array(255, U8), np.array(127, I8)], {1, 3}, version=10)
+        assert_same(y, np.full((2, 2), 65025 * k, np.int32))
+
+
+@pytest.mark.parametrize("ta,tb", [(U8, I8), (U8, U8), (I8, I8), (I8, U8)])
+def test_matmul_integer_random_against_int64(ta, tb):
+    rng = np.random.default_rng(1)
+    info_a, info_b = np.iinfo(ta), np.iinfo(tb)
+    a = rng.integers(info_a.min, info_a.max + 1, (2, 5, 1500)).astype(ta)
+    b = rng.integers(info_b.min, info_b.max + 1, (1500, 7)).astype(tb)
+    a_zp = rng.integers(info_a.min, info_a.max + 1, (5, 1)).astype(ta)      # per row
+    b_zp = rng.integers(info_b.min, info_b.max + 1, 7).astype(tb)           # per column
+    y = both("MatMulInteger", [a, b, a_zp, b_zp], {1, 3}, version=10)
+    assert_same(y, ref_product(a, b, a_zp, b_zp).astype(np.int32))
+
+
+def test_matmul_integer_constant_weight_of_narrow_range():
+    """A constant B of small values: its measured range (not its type's) bounds the float32 path, exactly."""
+    rng = np.random.default_rng(2)
+    a = rng.integers(0, 256, (3, 4000)).astype(U8)
+    b = rng.integers(-2, 3, (4000, 6)).astype(I8)
+    y = both("MatMulInteger", [a, b, np.array(255, U8)], {1}, version=10)
+    assert_same(y, ref_product(a, b, 255).astype(np.int32))
+
+
+# -- QLinearMatMul ---------------------------------------------------------------------------------
+
+def ref_qlinear_matmul(acc, a_scale, b_scale, y_scale, y_zp, dtype):
+    """QLinearMatMul's rescale as the spec writes it, in float32: saturate(round(acc * as * bs / ys) + y_zp)."""
+    y = acc.astype(F32) * ((a_scale * b_scale) / y_scale)
+    info = np.iinfo(dtype)
+    return np.clip(np.rint(y) + F32(y_zp), info.min, info.max).astype(dtype)
+
+
+@pytest.mark.parametrize("k", [K_F32, K_F32 + 1, 2000])
+def test_qlinear_matmul_extremes_and_random(k):
+    rng = np.random.default_rng(k)
+    a = extremes((3, k), 0, 255, rng).astype(U8)
+    b = rng.integers(-128, 128, (k, 4)).astype(I8)
+    b[:, 0] = -128                                                        # one column of extremes
+    sa, sb, sy = F32(0.002), F32(0.003), F32(0.5)
+    inputs = [a, np.array(sa), np.array(255, U8), b, np.array(sb), np.array(127, I8), np.array(sy),
+              np.array(7, U8)]
+    y = both("QLinearMatMul", inputs, {3, 4, 5, 6, 7}, version=10)
+    assert_same(y, ref_qlinear_matmul(ref_product(a, b, 255, 127), sa, sb, sy, 7, U8))
+
+
+# -- ConvInteger, QLinearConv ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("c", [K_F32, K_F32 + 1])
+def test_conv_integer_extremes_at_the_float32_bound(c):
+    """Reduction C * 1 * 1 = 258 runs in float32, 259 in float64; both exact at |x - zp| = |w - zp| = 255."""
+    rng = np.random.default_rng(c)
+    x = extremes((1, c, 3, 4), 0, 255, rng).astype(U8)
+    w = extremes((2, c, 1, 1), -128, 127, rng).astype(I8)
+    x[0, :, 0, 0] = 0
+    w[0] = -128                                                           # output (0, 0, 0, 0) = 65025 * c
+    y = both("ConvInteger", [x, w, np.array(255, U8), np.array(127, I8)], {1, 3}, version=10)
+    assert_same(y, ref_conv(x, w, 255, 127).astype(np.int32))
+    assert y[0, 0, 0, 0] == 65025 * c
+
+
+def test_conv_integer_random_3x3_grouped_and_depthwise():
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 256, (2, 8, 9, 7)).astype(U8)
+    for group, m in ((1, 6), (2, 4), (8, 8)):
+        w = rng.integers(-128, 128, (m, 8 // group, 3, 3)).astype(I8)
+        w_zp = rng.integers(-128, 128, m).astype(I8)
+        y = both("ConvInteger", [x, w, np.array(3, U8), w_zp], {1, 3}, version=10, pads=[1, 1, 1, 1], group=group)
+        assert_same(y, ref_conv(x, w, 3, w_zp, pad=1, group=group).astype(np.int32))
+
+
+def test_conv_integer_wide_3x3_in_float32_is_exact():
+    """256 -> 256 channels, 3x3 at 14x14: a float Conv of this shape takes Winograd, whose transforms are
+    not exact in float32 (quarters, and sums growing past 2^24 before its output transform). A constant W
+    within [-27, 28] keeps the integer convolution in float32 (2304 * 255 * 28 < 2^24): it must take an
+    exact algorithm there. Mostly-extreme values make the sums large (Winograd is wrong on ~40% of them)."""
+    rng = np.random.default_rng(4)
+    x = extremes((1, 256, 14, 14), 255, 0, rng).astype(U8)
+    w = extremes((256, 256, 3, 3), 28, -27, rng).astype(I8)
+    y = run("ConvInteger", [x, w], {1}, version=10, pads=[1, 1, 1, 1])
+    assert_same(y, ref_conv(x, w, pad=1).astype(np.int32))
+
+
+def test_conv_integer_wide_3x3_in_float64_is_exact():
+    """The same shape with full-range values: float64 (Winograd is exact there: quarters of integers
+    far below 2^53)."""
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 256, (1, 256, 14, 14)).astype(U8)
+    w = rng.integers(-128, 128, (256, 256, 3, 3)).astype(I8)
+    y = both("ConvInteger", [x, w, np.array(255, U8), np.array(127, I8)], {1, 3}, version=10, pads=[1, 1, 1, 1])
+    assert_same(y, ref_conv(x, w, 255, 127, pad=1).astype(np.int32))
+
+
+def ref_qlinear_conv(acc, bias, xs, ws, ys, yz, dtype):
+    """QLinearConv's rescale in float64: saturate(round((acc + B) * xs * ws / ys) + y_zp)."""
+    scale = (np.float64(xs) * ws.astype(np.float64) / np.float64(ys)).reshape(1, -1, 1, 1)
+    y = np.rint((acc + bias.astype(np.int64).reshape(1, -1, 1, 1)) * scale) + yz
+    info = np.iinfo(dtype)
+    return np.clip(y, info.min, info.max).astype(dtype)
+
+
+@pytest.mark.parametrize("c,k", [(K_F32, 1), (K_F32 + 1, 1), (32, 3)])
+def test_qlinear_conv_extremes_and_random(c, k):
+    rng = np.random.default_rng(c + k)
+    x = extremes((1, c, 5, 5), 0, 255, rng).astype(U8)
+    w = rng.integers(-128, 128, (3, c, k, k)).astype(I8)
+    w[0] = -128
+    ws = np.array([1e-5, 2e-4, 3e-3], F32)
+    bias = np.array([1000, -70000, 5], np.int32)
+    inputs = [x, np.array(F32(0.02)), np.array(255, U8), w, ws, np.array([127, 0, -128], I8), np.array(F32(0.1)),
+              np.array(100, U8), bias]
+    y = both("QLinearConv", inputs, {1, 2, 3, 4, 5, 6, 7, 8}, version=10, pads=[k // 2] * 4)
+    acc = ref_conv(x, w, 255, np.array([127, 0, -128]), pad=k // 2)
+    assert_same(y, ref_qlinear_conv(acc, bias, F32(0.02), ws, F32(0.1), 100, U8))
+
+
+# -- com.microsoft: MatMulIntegerToFloat, DynamicQuantizeMatMul, QGemm, QAttention ------------------
+
+@pytest.mark.parametrize("k", [K_F32, K_F32 + 1, 1200])
+def test_matmul_integer_to_float_extremes(k):
+    rng = np.random.default_rng(k)
+    a = extremes((2, 3, k), 0, 255, rng).astype(U8)
+    b = extremes((k, 4), -128, 127, rng).astype(I8)
+    sa, sb, bias = F32(0.01), np.array([0.5, 0.25, 1, 2], F32), np.array([1, -2, 3, -4], F32)
+    y = both("MatMulIntegerToFloat", [a, b, np.array(sa), sb, np.array(255, U8), np.array(127, I8), bias],
+             {1, 3, 5, 6}, domain=MS)
+    exp = ref_product(a, b, 255, 127).astype(F32) * (sa * sb)
+    exp += bias
+    assert_same(y, exp)
+
+
+@pytest.mark.parametrize("k", [K_F32, K_F32 + 1])
+def test_dynamic_quantize_matmul_extremes(k):
+    """A = q / 2 with q spanning 0..255 quantizes to exactly q (scale 127.5 / 255 = 0.5, zero point 0)."""
+    rng = np.random.default_rng(k)
+    q = extremes((3, k), 255, 0, rng).astype(U8)
+    q[0, 0], q[0, 1] = 0, 255
+    a = q.astype(F32) / 2
+    b = extremes((k, 2), -128, 127, rng).astype(I8)
+    sb = np.array([0.125, 0.5], F32)
+    y = both("DynamicQuantizeMatMul", [a, b, sb, np.array(-128, I8)], {1, 2, 3}, domain=MS)
+    assert_same(y, ref_product(q, b, 0, -128).astype(F32) * (F32(0.5) * sb))
+
+
+@pytest.mark.parametrize("k", [K_F32, K_F32 + 1])
+def test_qgemm_extremes(k):
+    rng = np.random.default_rng(k)
+    a = extremes((3, k), 0, 255, rng).astype(U8)
+    b = extremes((k, 2), -128, 127, rng).astype(I8)
+    sa, sb = F32(0.01), F32(0.02)
+    y = both("QGemm", [a, np.array(sa), np.array(255, U8), b.T.copy(), np.array(sb), np.array(127, I8)],
+             {3, 4, 5}, domain=MS, transB=1, alpha=2.0)
+    exp = ref_product(a, b, 255, 127).astype(F32) * (sa * sb)
+    exp *= F32(2)
+    assert_same(y, exp)
+
+
+@pytest.mark.parametrize("hidden_in", [K_F32, K_F32 + 1])
+def test_qattention_extremes(hidden_in):
+    """One token, one head: the softmax over one key is 1, so the output is V itself, the exact product."""
+    rng = np.random.default_rng(hidden_in)
+    x = extremes((2, 1, hidden_in), 0, 255, rng).astype(U8)
+    w = extremes((hidden_in, 6), -128, 127, rng).astype(I8)
+    bias = np.array([0, 0, 0, 0, 1.5, -2], F32)
+    sx, sw = F32(0.001), F32(0.002)
+    y = both("QAttention", [x, w, bias, np.array(sx), np.array(sw), None, np.array(255, U8), np.array(127, I8)],
+             {1, 2, 4, 7}, domain=MS, num_heads=1)
+    v = ref_product(x, w, 255, 127)[..., 4:].astype(F32) * (sx * sw)
+    v += bias[4:]
+    assert_same(y, v)
+
+
+@pytest.mark.parametrize("bias,expected", [(766, 126), (767, 127)])
+def test_qlinear_conv_bias_counts_in_the_float32_bound(bias, expected):
+    """B is summed with the product: 258 * 65025 + 766 = 2^24 still fits float32, + 767 = 2^24 + 1 does not
+    (float32 would round it to 2^24). The rescale 126.5 / 2^24 puts 2^24 on a tie (126.5 -> 126) and
+    2^24 + 1 just past it (-> 127)."""
+    x = np.zeros((1, K_F32, 1, 1), U8)
+    w = np.full((1, K_F32, 1, 1), -128, I8)
+    ws = np.array([126.5 / 2 ** 24], F32)
+    inputs = [x, np.array(F32(1)), np.array(255, U8), w, ws, np.array([127], I8), np.array(F32(1)),
+              np.array(0, U8), np.array([bias], np.int32)]
+    y = both("QLinearConv", inputs, {1, 2, 3, 4, 5, 6, 7, 8}, version=10)
+    assert_same(y, np.full((1, 1, 1, 1), expected, U8))
