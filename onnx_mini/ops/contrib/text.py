@@ -96,6 +96,8 @@ def _tokenizer_mode(separators, tokenexp, tokenexpsplit):
     if tokenexp == ".":
         return None
     rx = compile_re2(tokenexp, "tokenexp")
+    if rx.groups == 0:                 # findall gives the whole matches, found in C
+        return rx.findall
     return lambda text: [m.group() for m in rx.finditer(text)]
 
 
@@ -120,6 +122,8 @@ def tokenizer_1(*, mark, pad_value, mincharnum, separators=None, tokenexp=None, 
                     for t in tokens(s.decode("utf-8", "surrogateescape"))]
         if not isinstance(s, str):
             raise InvalidValueError(f"X must hold strings, got {type(s).__name__}")
+        if mincharnum == 1:
+            return list(filter(None, split(s)))
         return [t for t in split(s) if len(t) >= mincharnum]
 
     def run(x):
@@ -130,19 +134,20 @@ def tokenizer_1(*, mark, pad_value, mincharnum, separators=None, tokenexp=None, 
         if x.size == 0:
             return np.empty(x.shape[:1] + (0,) * (x.ndim - 1), dtype=object)
         found = [tokens(s) for s in x.reshape(-1).tolist()]
-        counts = np.fromiter(map(len, found), np.int64, len(found))
-        most = int(counts.max())
+        counts = list(map(len, found))
+        most = max(counts)
         if most == 0:
             return np.empty(x.shape + (0,), dtype=object)
         n, width = len(found), most + 2 * framed
-        y = np.full(check_shape((n, width), object, "Tokenizer output"), pad_value, dtype=object)
-        total = int(counts.sum())
-        rows = np.repeat(np.arange(n), counts)
-        cols = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts) + framed
-        y[rows, cols] = np.fromiter(itertools.chain.from_iterable(found), dtype=object, count=total)
+        check_shape((n, width), object, "Tokenizer output")
+        # each string's tokens (framed) and its padding, laid end to end: [n, width] in one array call
+        pad = itertools.repeat
         if framed:
-            y[:, 0] = START
-            y[np.arange(n), counts + 1] = END
+            rows = (itertools.chain((START,), t, (END,), pad(pad_value, most - c)) for t, c in zip(found, counts))
+        else:
+            rows = (itertools.chain(t, pad(pad_value, most - c)) for t, c in zip(found, counts))
+        flat = itertools.chain.from_iterable(rows)
+        y = np.fromiter(flat, dtype=object, count=n * width)
         return y.reshape(x.shape + (width,))
     return run
 

@@ -9,6 +9,8 @@
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...errors import InvalidValueError
@@ -65,8 +67,10 @@ def probit(p: np.ndarray) -> np.ndarray:
 
 
 def _softmax(s: np.ndarray) -> np.ndarray:
-    e = np.exp(s - s.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
+    e = s - s.max(axis=1, keepdims=True)
+    np.exp(e, out=e)
+    e /= e.sum(axis=1, keepdims=True)
+    return e
 
 
 def _softmax_zero(s: np.ndarray) -> np.ndarray:
@@ -116,11 +120,16 @@ def class_labels(ints, strings, what_ints: str) -> np.ndarray:
     return np.array(ints, dtype=np.int64)
 
 
+_DIRECT = (np.dtype(np.float32), np.dtype(np.float64))
+
+
 def features_2d(x: np.ndarray, compute: np.dtype | None = None) -> np.ndarray:
     """X [N, F] (a 1-D X is one sample; higher ranks flatten after the first axis), converted to the
     float type the math runs in: float64 for double input, else float32 (unless `compute` is given)."""
+    if x.ndim == 2 and compute is None and x.dtype in _DIRECT:     # the usual case, at no cost
+        return x
     if x.ndim == 0:
         raise InvalidValueError("X must have at least one dimension, got a scalar")
-    x2 = x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], int(np.prod(x.shape[1:])))
+    x2 = x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], math.prod(x.shape[1:]))
     dt = compute or (np.dtype(np.float64) if x.dtype == np.float64 else np.dtype(np.float32))
     return x2.astype(dt, copy=False)

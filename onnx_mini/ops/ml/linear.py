@@ -19,24 +19,33 @@ def _linear_scores(coefficients: np.ndarray, intercepts, rows: int | None):
     """fn(x) -> [N, E] scores for coefficients of E rows (E = len(intercepts) when given, else `rows`,
     else whatever the number of features at run time makes it)."""
     coef64 = np.asarray(coefficients, np.float64)
-    coef32 = coef64.astype(np.float32)
     icpt = None if intercepts is None or len(intercepts) == 0 else np.asarray(intercepts, np.float64)
     if icpt is not None:
         rows = len(icpt)
     if rows is not None and (rows == 0 or coef64.size % rows):
         raise ValueError(f"{coef64.size} coefficients do not split into {rows} rows (one per "
                          f"{'intercept' if icpt is not None else 'target'})")
+    # per compute type: W^T [F, E] contiguous and the intercepts, made once (E known when rows is)
+    prepared = {}
+    if rows is not None:
+        for dt in (np.dtype(np.float32), np.dtype(np.float64)):
+            prepared[dt] = (np.ascontiguousarray(coef64.reshape(rows, -1).T.astype(dt)),
+                            None if icpt is None else icpt.astype(dt))
 
     def scores(x):
         xf = features_2d(x)
         f = xf.shape[1]
-        e = rows if rows is not None else (coef64.size // f if f else 0)
-        if e * f != coef64.size:
-            raise InvalidValueError(f"X has {f} features per sample (shape {list(x.shape)}) but there are "
-                                    f"{coef64.size} coefficients" + (f" for {rows} rows" if rows else ""))
-        w = (coef64 if xf.dtype == np.float64 else coef32).reshape(e, f)
-        s = xf @ w.T
-        return s + icpt.astype(s.dtype) if icpt is not None else s
+        made = prepared.get(xf.dtype)
+        if made is None or made[0].shape[0] != f:
+            e = rows if rows is not None else (coef64.size // f if f else 0)
+            if e * f != coef64.size:
+                raise InvalidValueError(f"X has {f} features per sample (shape {list(x.shape)}) but there are "
+                                        f"{coef64.size} coefficients" + (f" for {rows} rows" if rows else ""))
+            made = (coef64.reshape(e, f).T.astype(xf.dtype), None if icpt is None else icpt.astype(xf.dtype))
+        s = xf @ made[0]
+        if made[1] is not None:
+            s += made[1]
+        return s
     return scores, rows
 
 
@@ -50,7 +59,7 @@ def linear_regressor_1(*, coefficients=None, intercepts=None, post_transform="NO
     if intercepts and len(intercepts) != targets:
         raise ValueError(f"intercepts has {len(intercepts)} values, expected targets={targets}")
     scores, _ = _linear_scores(coefficients, intercepts, targets)
-    return lambda x: apply_transform(transform, scores(x)).astype(np.float32)
+    return lambda x: apply_transform(transform, scores(x)).astype(np.float32, copy=False)
 
 
 @kernel("LinearClassifier", since=1, domain=ML)
@@ -75,11 +84,11 @@ def linear_classifier_1(*, classlabels_ints=None, classlabels_strings=None, coef
     def run(x):
         s = scores(x)
         if s.shape[1] == 1:   # one score: the second class when positive
-            y = pair[(s[:, 0] > 0).astype(np.intp)]
+            y = pair.take((s[:, 0] > 0).view(np.int8))
             if len(labels) == 2:
                 return y, binary_scores(s[:, 0], transform, True).astype(np.float32)
-            return y, apply_transform(transform, s).astype(np.float32)
+            return y, apply_transform(transform, s).astype(np.float32, copy=False)
         if s.shape[1] != len(labels):
             raise InvalidValueError(f"{s.shape[1]} scores per sample but {len(labels)} class labels")
-        return labels[np.argmax(s, axis=1)], apply_transform(transform, s).astype(np.float32)
+        return labels.take(s.argmax(axis=1)), apply_transform(transform, s).astype(np.float32, copy=False)
     return run

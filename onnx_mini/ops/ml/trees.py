@@ -1,167 +1,21 @@
 """Tree ensembles (ai.onnx.ml): TreeEnsembleRegressor 1/3/5, TreeEnsembleClassifier 1/3/5, TreeEnsemble 5.
 
-Every layout is compiled in the factory into one `Forest`: per-node numpy arrays over all trees (feature,
-threshold, mode, both children, NaN direction), with leaves pointing at themselves, and a dense matrix of
-leaf weights per target. At run time all samples walk all trees at once: an [N, trees] array of node
-indices advanced level by level with numpy (a loop over the forest's depth, never over samples or nodes),
-then the reached leaves' weights are aggregated (SUM, AVERAGE, MIN, MAX) and base values added.
-
-Comparisons: a float32 (or float16 / integer) input is compared with thresholds rounded to float32, a
-double input with double thresholds (the *_as_tensor attributes keep full precision). A NaN feature goes
-to the true branch when the node's missing_value_tracks_true is set, otherwise the comparison decides
-(false for every mode but BRANCH_NEQ; a NaN is never a member of a set).
+Every layout is compiled in the factory into one `Forest` (forest.py: the spec's test and aggregation,
+and the algorithms evaluating them): per-node numpy arrays over all trees (feature, threshold, mode, both
+children, NaN direction), leaves pointing at themselves, and the leaves' weights per target. This module
+reads the attributes: the (tree id, node id) layout of the legacy operators, TreeEnsemble-5's
+node/leaf arrays, base values, class labels and the post transform, all checked once here.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ...errors import InvalidValueError
 from ...registry import kernel
 from ._common import binary_scores, class_labels, features_2d, transform_name
 from ._common import post_transform as apply_transform
+from .forest import AGGREGATES, LEAF, MEMBER, MODE_NAMES, Forest
 
 ML = "ai.onnx.ml"
-MODE_NAMES = ("BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ",
-              "BRANCH_MEMBER", "LEAF")
-NEQ, MEMBER, LEAF = 5, 6, 7
-_OPS = (np.less_equal, np.less, np.greater_equal, np.greater, np.equal, np.not_equal)
-# truth of each mode for the outcomes 0: x < t, 1: x == t, 2: x > t (member and leaf rows unused)
-_TRUTH = np.array([[1, 1, 0], [1, 0, 0], [0, 1, 1], [0, 0, 1], [0, 1, 0], [1, 0, 1], [0, 0, 0], [0, 0, 0]],
-                  dtype=bool).reshape(-1)
-AGGREGATES = ("AVERAGE", "SUM", "MIN", "MAX")   # TreeEnsemble-5 numbers them 0..3
-_CHUNK = 1 << 22                                  # elements gathered at once when aggregating
-
-
-class Forest:
-    """All trees as flat per-node arrays; a leaf's children are itself.
-
-    feature, threshold (float64), mode (MODE_NAMES index), true_next, false_next, tracks_true: per node;
-    roots: the root node of each tree; weights [nodes, K] (float64) and has_weight [nodes, K]: what each
-    leaf adds to each target; members: for BRANCH_MEMBER nodes, the set of each (list of float arrays,
-    in node order)."""
-
-    def __init__(self, feature, threshold, mode, true_next, false_next, tracks_true, roots, weights,
-                 has_weight, members=None):
-        n = len(mode)
-        self.mode = np.asarray(mode, np.int8)
-        interior = self.mode != LEAF
-        self.feature = np.where(interior, np.asarray(feature, np.int64), 0)
-        true_next = np.where(interior, np.asarray(true_next, np.int64), np.arange(n))
-        false_next = np.where(interior, np.asarray(false_next, np.int64), np.arange(n))
-        if n and (true_next.min() < 0 or true_next.max() >= n or false_next.min() < 0 or false_next.max() >= n):
-            raise ValueError("a child index is out of range")
-        if n and self.feature.min() < 0:
-            raise ValueError(f"a feature id is negative (node {int(np.argmin(self.feature))})")
-        self.children = np.stack([false_next, true_next], axis=1).reshape(-1)   # [2 * node + cond]
-        self.threshold64 = np.asarray(threshold, np.float64)
-        self.threshold32 = self.threshold64.astype(np.float32)
-        self.tracks_true = np.asarray(tracks_true, bool) & interior
-        self.nan_true = self.tracks_true | (self.mode == NEQ)
-        self.roots = np.asarray(roots, np.int64)
-        self.weights = np.asarray(weights, np.float64)
-        self.has_weight = np.asarray(has_weight, bool)
-        self.extreme_tables = {"MIN": np.where(self.has_weight, self.weights, np.inf),
-                               "MAX": np.where(self.has_weight, self.weights, -np.inf)}
-        modes = set(np.unique(self.mode[interior]).tolist())
-        self.single_op = _OPS[modes.pop()] if len(modes) == 1 and MEMBER not in modes else None
-        self.any_tracks = bool(self.tracks_true.any())
-        self.max_feature = int(self.feature[interior].max()) if interior.any() else -1
-        self.feature_node = int(np.nonzero(interior & (self.feature == self.max_feature))[0][0]) \
-            if interior.any() else -1
-        self.depth = self._depth(true_next, false_next, interior)
-        self.has_members = bool((self.mode == MEMBER).any())
-        if self.has_members:
-            self._prepare_members(members or [])
-
-    def _depth(self, true_next, false_next, interior) -> int:
-        """Levels to walk from the roots until every path is at a leaf (ValueError on a cycle)."""
-        n = len(self.mode)
-        level, depth = np.unique(self.roots), 0
-        while True:
-            level = level[interior[level]]
-            if level.size == 0:
-                return depth
-            depth += 1
-            if depth > n:
-                raise ValueError("the trees contain a cycle (a node is its own descendant)")
-            level = np.unique(np.concatenate([true_next[level], false_next[level]]))
-
-    def _prepare_members(self, members):
-        ordinal = np.cumsum(self.mode == MEMBER) - 1
-        count = int(ordinal[-1]) + 1
-        if len(members) < count:
-            raise ValueError(f"{count} nodes are BRANCH_MEMBER but membership_values holds {len(members)} sets")
-        self.member_ordinal = np.where(self.mode == MEMBER, ordinal, 0)
-        values = [np.asarray(m, np.float64) for m in members[:count]]
-        self.member_values = {}
-        for dt in (np.float64, np.float32):
-            universe = np.unique(np.concatenate([v.astype(dt) for v in values] + [np.zeros(0, dt)]))
-            keys = np.unique(np.concatenate(
-                [k * (len(universe) + 1) + np.searchsorted(universe, v.astype(dt)) for k, v in enumerate(values)]
-                + [np.zeros(0, np.int64)]).astype(np.int64))
-            self.member_values[np.dtype(dt)] = (universe, keys)
-
-    def _in_set(self, nodes, v):
-        universe, keys = self.member_values[v.dtype]
-        if universe.size == 0 or keys.size == 0:
-            return np.zeros(v.shape, bool)
-        rank = np.searchsorted(universe, v)
-        found = universe[np.minimum(rank, universe.size - 1)] == v
-        key = self.member_ordinal[nodes] * (universe.size + 1) + rank
-        at = np.minimum(np.searchsorted(keys, key), keys.size - 1)
-        return found & (keys[at] == key)
-
-    def leaves(self, x: np.ndarray) -> np.ndarray:
-        """x [N, F] float32 or float64 -> the leaf each sample reaches in each tree, [N, trees]."""
-        n, f = x.shape
-        if f <= self.max_feature:
-            raise InvalidValueError(f"node {self.feature_node} reads feature {self.max_feature} but X has "
-                                    f"{f} features (shape {list(x.shape)})")
-        idx = np.broadcast_to(self.roots, (n, self.roots.size)).copy()
-        if n == 0 or self.roots.size == 0:
-            return idx
-        flat = np.ascontiguousarray(x).reshape(-1)
-        offsets = (np.arange(n, dtype=np.int64) * f)[:, None]
-        thresholds = self.threshold64 if x.dtype == np.float64 else self.threshold32
-        has_nan = bool(np.isnan(flat).any())
-        for _ in range(self.depth):
-            v = flat.take(offsets + self.feature.take(idx))
-            t = thresholds.take(idx)
-            if self.single_op is not None:
-                cond = self.single_op(v, t)
-                if has_nan and self.any_tracks:
-                    cond |= np.isnan(v) & self.tracks_true.take(idx)
-            else:
-                mode = self.mode.take(idx)
-                cond = _TRUTH.take(mode * 3 + (v >= t) + (v > t))
-                if self.has_members:
-                    member = mode == MEMBER
-                    if member.any():
-                        cond[member] = self._in_set(idx[member], v[member])
-                if has_nan:
-                    cond = np.where(np.isnan(v), self.nan_true.take(idx), cond)
-            idx = self.children.take(2 * idx + cond)
-        return idx
-
-    def aggregate(self, leaves: np.ndarray, how: str) -> np.ndarray:
-        """[N, trees] leaves -> [N, K] float64 scores (a target that no reached leaf scores stays 0)."""
-        n, trees = leaves.shape
-        k = self.weights.shape[1]
-        out = np.zeros((n, k), np.float64)
-        if trees == 0 or n == 0:
-            return out
-        step = max(1, _CHUNK // max(1, trees * k))
-        if how in ("SUM", "AVERAGE"):
-            for lo in range(0, n, step):
-                out[lo:lo + step] = self.weights[leaves[lo:lo + step]].sum(axis=1)
-            return out / trees if how == "AVERAGE" else out
-        table = self.extreme_tables[how]
-        reduce = np.min if how == "MIN" else np.max
-        for lo in range(0, n, step):
-            part = leaves[lo:lo + step]
-            scored = self.has_weight[part].any(axis=1)
-            out[lo:lo + step] = np.where(scored, reduce(table[part], axis=1), 0)
-        return out
 
 
 def _same_length(what: dict) -> int:
@@ -221,7 +75,7 @@ def _legacy_forest(*, treeids, nodeids, featureids, modes, values, truenodeids, 
     unknown = sorted(set(modes) - set(codes))
     if unknown:
         raise ValueError(f"nodes_modes must be among {', '.join(codes)}, got {unknown}")
-    mode = np.array([codes[s] for s in modes], np.int8).reshape(n)
+    mode = np.fromiter(map(codes.__getitem__, modes), np.int8, len(modes)).reshape(n)
     interior = mode != LEAF
     for name, v in (("nodes_featureids", featureids), ("nodes_values", values),
                     ("nodes_truenodeids", truenodeids), ("nodes_falsenodeids", falsenodeids)):
@@ -271,8 +125,8 @@ def _base(base, k: int) -> np.ndarray:
 
 def _regressor(forest: Forest, how: str, base: np.ndarray, transform: str, out_dtype=np.float32):
     def run(x):
-        xf = features_2d(x)
-        scores = forest.aggregate(forest.leaves(xf), how) + base
+        scores = forest.scores(features_2d(x), how)
+        scores += base
         return apply_transform(transform, scores).astype(out_dtype)
     return run
 
@@ -363,15 +217,16 @@ def _tree_classifier(*, base_values, class_ids, class_nodeids, class_treeids, cl
         cut = 0.5 if positive else 0.0
 
         def run_binary(x):
-            s = forest.aggregate(forest.leaves(features_2d(x)), "SUM")[:, c] + offset
+            s = forest.scores(features_2d(x), "SUM")[:, c] + offset
             return labels[np.where(s > cut, 1, 0)], binary_scores(s, transform, positive).astype(np.float32)
         return run_binary
     base = _base(base, k)
 
     def run(x):
-        scores = forest.aggregate(forest.leaves(features_2d(x)), "SUM") + base
-        top = np.argmax(scores, axis=1) if k else np.zeros(len(scores), np.int64)
-        return labels[top], apply_transform(transform, scores).astype(np.float32)
+        scores = forest.scores(features_2d(x), "SUM")
+        scores += base
+        top = scores.argmax(axis=1) if k else np.zeros(len(scores), np.int64)
+        return labels.take(top), apply_transform(transform, scores).astype(np.float32)
     return run
 
 
@@ -480,6 +335,6 @@ def tree_ensemble_5(*, aggregate_function=1, leaf_targetids, leaf_weights, membe
         roots, table, has, _member_sets(membership_values))
 
     def run(x):
-        scores = forest.aggregate(forest.leaves(features_2d(x)), how)
+        scores = forest.scores(features_2d(x), how)
         return apply_transform(transform, scores).astype(x.dtype)
     return run

@@ -1,18 +1,22 @@
 """TfIdfVectorizer (9): counts of pool n-grams (with skips) in a 1-D sequence or each row of a 2-D batch.
 
-The factory turns the pool into a vocabulary (sorted distinct tokens) and, per n-gram length n, a
-sorted table of keys of the pool's n-grams (the n-gram -> pool entry lookup, built once). A key is the
-n-gram's vocabulary ids read as one base-(V+1) integer, or, when V^n does not fit in int64, the ids'
-bytes. At run time every token becomes its vocabulary id (an unknown token gets the id V, which no
-pool n-gram uses), the n-grams of each length and skip are strided windows over those ids, and one
-binary search per window finds its pool entry.
-
 An n-gram of length n with skip s takes the items i, i + (s+1), ..., i + (n-1)(s+1) of a row (n-grams
 never span two rows); every skip from 0 to max_skip_count is counted for n >= 2, a 1-gram once.
 TF: counts; IDF: counts truncated to 1, times the weight; TFIDF: counts times the weight (several pool
 n-grams sharing one output coordinate add up).
+
+How (the factory builds the lookups once): every token becomes its vocabulary id (the pool's distinct
+tokens; an unknown token gets the id V, which no pool n-gram uses): a dict for strings, a sorted array
+and a binary search for integers. An n-gram is then found one item at a time: the code of its first k
+items is the position of (code of the first k-1 items, k-th id) among the k-item prefixes of the pool's
+n-grams (sorted integer keys code * (V+1) + id, one binary search per window), or "none" when no pool
+n-gram starts so. Codes stay below the pool's size, so keys never overflow, whatever n and V. The
+windows of one length and skip are strided slices of the ids, so each item of each (length, skip) is a
+few numpy calls over all the rows at once.
 """
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 
@@ -20,34 +24,27 @@ from ...errors import InvalidValueError
 from ...registry import kernel
 
 
-class _Keys:
-    """Keys of rows of n vocabulary ids (each in [0, V]) that sort and compare like the rows."""
-
-    def __init__(self, vocab_size: int, n: int):
-        base = vocab_size + 1
-        self.as_int = base ** n < 2 ** 63
-        self.radix = np.array([base ** (n - 1 - j) for j in range(n)], dtype=np.int64) if self.as_int else None
-
-    def __call__(self, ids: np.ndarray) -> np.ndarray:
-        """(..., n) int64 ids -> (...) keys."""
-        if self.as_int:
-            return ids @ self.radix
-        ids = np.ascontiguousarray(ids, dtype=np.int64)
-        return ids.view(np.dtype((np.void, 8 * ids.shape[-1])))[..., 0]
-
-
 class _Pool:
-    """The pool: its vocabulary; per length n, levels[n] = (key function, sorted keys of the pool's
-    n-grams, their numbers in the pool); per pool n-gram, its output slot and weight."""
+    """The pool compiled: its vocabulary; prefixes[k] = (sorted keys of the k-item prefixes of the pool's
+    n-grams followed by a sentinel no key equals, the pool n-gram number of each prefix that is itself a
+    pool k-gram, else -1 (and -1 for "none")); per pool n-gram, its output slot and weight."""
 
     def __init__(self, pool: list, ngram_counts: list, ngram_indexes: list, weights, strings: bool):
-        tokens = np.array(pool, dtype=object if strings else np.int64)
-        self.vocab = np.unique(tokens) if tokens.size else tokens
-        self.levels: dict[int, tuple] = {}
+        self.strings = strings
+        if strings:       # ids in order of first appearance: a dict, no sort of Python strings
+            self.lookup = {t: i for i, t in enumerate(dict.fromkeys(pool))}
+            self.v = v = len(self.lookup)
+            pool_ids = np.fromiter(map(self.lookup.__getitem__, pool), np.int64, len(pool))
+        else:
+            tokens = np.asarray(pool, dtype=np.int64)
+            self.vocab = np.unique(tokens)
+            self.v = v = len(self.vocab)
+            pool_ids = np.searchsorted(self.vocab, tokens)
         starts = [int(s) for s in ngram_counts]
         if any(b < a for a, b in zip(starts, starts[1:])) or any(not 0 <= s <= len(pool) for s in starts):
             raise ValueError(f"ngram_counts {starts} must be non-decreasing start offsets within the pool "
                              f"of {len(pool)} items")
+        grams: dict[int, tuple[np.ndarray, np.ndarray]] = {}    # n -> (ids [k, n], pool numbers [k])
         first = 0                                     # number of n-grams of the lengths before n
         for level, begin in enumerate(starts):
             n = level + 1
@@ -56,38 +53,64 @@ class _Pool:
                 raise ValueError(f"the pool's {n}-grams span {end - begin} items, not a multiple of {n}")
             k = (end - begin) // n
             if k:
-                keys = _Keys(len(self.vocab), n)
-                ids = np.searchsorted(self.vocab, tokens[begin:end]).reshape(k, n)
-                sorted_keys, first_pos = np.unique(keys(ids), return_index=True)  # a repeated n-gram: first entry
-                self.levels[n] = (keys, sorted_keys, first + first_pos)
+                ids = pool_ids[begin:end].reshape(k, n)
+                grams[n] = (ids, first + np.arange(k))
             first += k
         if first != len(ngram_indexes):
             raise ValueError(f"ngram_indexes has {len(ngram_indexes)} entries but the pool holds {first} n-grams")
         self.size = first
+        self.lengths = set(grams)
         self.slots = np.asarray(ngram_indexes, dtype=np.int64)
         self.weights = np.asarray(weights, dtype=np.float32)
+        # 1-item prefixes: the ids themselves; number1[id] = the pool 1-gram of that token, or -1
+        self.number1 = np.full(v + 1, -1, np.int64)
+        if 1 in grams:
+            ids, numbers = grams[1]
+            _first_numbers(self.number1, ids[:, 0], numbers)
+        self.prefixes: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        codes = {n: ids[:, 0] for n, (ids, _) in grams.items()}     # each pool n-gram's prefix code so far
+        for k in range(2, max(grams, default=1) + 1):
+            longer = [n for n in grams if n >= k]
+            keys = {n: codes[n] * (v + 1) + grams[n][0][:, k - 1] for n in longer}
+            table = np.unique(np.concatenate([keys[n] for n in longer]))
+            number = np.full(table.size + 1, -1, np.int64)
+            if k in grams:
+                _first_numbers(number, np.searchsorted(table, keys[k]), grams[k][1])
+            for n in longer:
+                codes[n] = np.searchsorted(table, keys[n])
+            self.prefixes[k] = (np.append(table, np.iinfo(np.int64).max), number)
 
     def ids(self, x: np.ndarray) -> np.ndarray:
-        """Vocabulary id of each token; len(vocab) for a token not in the pool."""
-        v = len(self.vocab)
-        if v == 0:
+        """Vocabulary id of each token (x 2-D); V for a token not in the pool."""
+        if self.strings:
+            flat = x.reshape(-1).tolist()
+            found = np.fromiter(map(self.lookup.get, flat, itertools.repeat(self.v)), np.int64, len(flat))
+            return found.reshape(x.shape)
+        if self.v == 0:
             return np.zeros(x.shape, dtype=np.int64)
-        try:
-            pos = np.searchsorted(self.vocab, x)
-        except TypeError as e:       # e.g. bytes (non-UTF-8 strings) next to str
-            raise InvalidValueError(f"cannot compare the input strings with the pool: {e}") from None
-        pos = np.minimum(pos, v - 1)
-        return np.where(self.vocab[pos] == x, pos, v)
+        pos = np.minimum(np.searchsorted(self.vocab, x), self.v - 1)
+        return np.where(self.vocab[pos] == x, pos, self.v)
 
-    def find(self, ids: np.ndarray, n: int, skip: int):
-        """(rows, pool n-gram numbers) of every n-gram with this skip found in the rows of `ids`."""
-        keys, table, numbers = self.levels[n]
-        span = (n - 1) * (skip + 1) + 1
-        # windows[r, i, j] = ids[r, i + j * (skip + 1)]
-        windows = keys(np.lib.stride_tricks.sliding_window_view(ids, span, axis=1)[:, :, ::skip + 1])
-        at = np.minimum(np.searchsorted(table, windows), len(table) - 1)
-        hit = table[at] == windows
-        return np.nonzero(hit)[0], numbers[at[hit]]
+    def numbers(self, ids: np.ndarray, n: int, skip: int) -> np.ndarray:
+        """[rows, windows]: the pool number of the n-gram of length n with this skip starting at each
+        window of each row of `ids`, -1 where it is not in the pool."""
+        if n == 1:
+            return self.number1.take(ids)
+        step = skip + 1
+        windows = ids.shape[1] - (n - 1) * step
+        code = ids[:, :windows]
+        for k in range(2, n + 1):
+            table, number = self.prefixes[k]
+            key = code * (self.v + 1) + ids[:, (k - 1) * step:(k - 1) * step + windows]
+            pos = table.searchsorted(key)                 # < table.size: the sentinel is above every key
+            code = np.where(table.take(pos) == key, pos, table.size - 1)    # table.size - 1: "none"
+        return number.take(code)
+
+
+def _first_numbers(out: np.ndarray, at: np.ndarray, numbers: np.ndarray) -> None:
+    """out[at[i]] = numbers[i], the first i winning where `at` repeats (a pool n-gram listed twice)."""
+    unique, first = np.unique(at, return_index=True)
+    out[unique] = numbers[first]
 
 
 @kernel("TfIdfVectorizer", since=9)
@@ -110,7 +133,7 @@ def tfidf_vectorizer_9(*, max_gram_length, max_skip_count, min_gram_length, mode
                  [1.0] * len(ngram_indexes) if weights is None else weights, strings)
     width = max(ngram_indexes, default=-1) + 1
     # (n, skip) pairs to look for; a 1-gram has no skip
-    searches = [(n, s) for n in range(min_gram_length, max_gram_length + 1) if n in pool.levels
+    searches = [(n, s) for n in range(min_gram_length, max_gram_length + 1) if n in pool.lengths
                 for s in range(max_skip_count + 1 if n > 1 else 1)]
 
     def run(X):
@@ -121,21 +144,26 @@ def tfidf_vectorizer_9(*, max_gram_length, max_skip_count, min_gram_length, mode
             raise InvalidValueError(f"X must be 1-D or 2-D, got shape {list(X.shape)}")
         rows = X.reshape(1 if X.ndim == 1 else X.shape[0], X.shape[-1])
         n_rows, length = rows.shape
-        ids = pool.ids(rows)
-        found = [pool.find(ids, n, s) for n, s in searches if (n - 1) * (s + 1) < length]
         size = n_rows * width
-        if not found:
-            out = np.zeros(size, dtype=np.float32)
-        else:
-            row = np.concatenate([f[0] for f in found])
-            gram = np.concatenate([f[1] for f in found])
-            if mode == "IDF":                  # each n-gram found in a row counts once
-                pairs = np.unique(row * pool.size + gram)
-                row, gram = np.divmod(pairs, pool.size)
-            where = row * width + pool.slots[gram]
-            if mode == "TF":
-                out = np.bincount(where, minlength=size).astype(np.float32)
-            else:
-                out = np.bincount(where, weights=pool.weights[gram], minlength=size).astype(np.float32)
+        out = np.zeros(size, dtype=np.float32)
+        if rows.size:
+            ids = pool.ids(rows)
+            found = [pool.numbers(ids, n, s) for n, s in searches if (n - 1) * (s + 1) < length]
+            if found:
+                number = np.concatenate(found, axis=1) if len(found) > 1 else found[0]
+                if n_rows == 1:                    # batch 1: no row numbers to find
+                    gram = number[number >= 0]
+                    if mode == "IDF":              # each n-gram found in a row counts once
+                        gram = np.unique(gram)
+                    where = pool.slots.take(gram)
+                else:
+                    row, col = np.nonzero(number >= 0)
+                    gram = number[row, col]
+                    if mode == "IDF":
+                        pairs = np.unique(row * pool.size + gram)
+                        row, gram = np.divmod(pairs, pool.size)
+                    where = row * width + pool.slots.take(gram)
+                # float32 adds of small counts (and of weights: what onnxruntime adds) into the zeros
+                np.add.at(out, where, 1.0 if mode == "TF" else pool.weights.take(gram))
         return out.reshape(width) if X.ndim == 1 else out.reshape(n_rows, width)
     return run
