@@ -9,10 +9,11 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import helper
 
 import onnx_mini
 from onnx_mini.errors import InvalidNodeError, KernelError, OnnxMiniError
+from onnx_mini.ops.rnn import driver, fast
 
 from helpers import NODE, elem_type, np_type, run_node, type_params, versions
 
@@ -395,15 +396,171 @@ def test_large_batch_matches_reference():
     check("LSTM", 22, ins, direction="bidirectional", layout=1, input_forget=1, clip=0.9)
 
 
-@pytest.mark.parametrize("op,attrs", [("RNN", {}), ("GRU", {}), ("GRU", {"linear_before_reset": 1}), ("LSTM", {})])
-def test_wide_state_takes_the_transposed_product(op, attrs, monkeypatch):
-    """A few rows of a wide state (here 5 x 128) are multiplied as (R h^T)^T (rnn._state_product):
-    every cell, both directions, ragged lengths and layout 1, against the reference."""
-    from onnx_mini.ops import rnn
-    calls = []
-    original = rnn.blas.matmul
-    monkeypatch.setattr(rnn.blas, "matmul", lambda a, b, out=None: calls.append(a.shape) or original(a, b, out=out))
-    ins = make_inputs(op, T=3, nb=5, I=4, H=128, nd=2, layout=1, lens=[3, 1, 2, 3, 0], init=True, seed=21)
+# -- the tuned forms (ops/rnn/fast.py, column form, direction threads; weights packed once) --------
+
+CELLS = [("RNN", {}), ("GRU", {}), ("GRU", {"linear_before_reset": 1}), ("LSTM", {})]
+
+
+@pytest.mark.parametrize("column", [False, True])
+@pytest.mark.parametrize("op,attrs", CELLS)
+def test_row_and_column_forms(op, attrs, column, monkeypatch):
+    """The step's state product as h @ R^T (row form) or R @ h^T (column form, chosen for a few rows of a
+    wide state): every cell, both directions, ragged lengths, clip and layout 1, against the reference."""
+    monkeypatch.setattr(fast, "column_form", lambda batch, hidden: column)
+    ins = make_inputs(op, T=3, nb=5, I=4, H=16, nd=2, layout=1, lens=[3, 1, 2, 3, 0], init=True, seed=21)
     check(op, 22, ins, direction="bidirectional", layout=1, **attrs)
-    gates = GATES[op] * 128
-    assert any(s[-2:] in ((gates, 128), (2 * 128, 128), (128, 128)) for s in calls)      # R [D, G*H, H] first
+    ins[0] = ins[0] * 4
+    check(op, 22, ins, direction="bidirectional", layout=1, clip=0.5, **attrs)
+    check(op, 14, make_inputs(op, T=5, nb=4, I=3, H=8, init=True, seed=22), direction="reverse", **attrs)
+
+
+@pytest.mark.parametrize("op,attrs", CELLS)
+def test_directions_on_their_own_threads(op, attrs, monkeypatch):
+    """Bidirectional steps run per direction (on two threads for large products): same values."""
+    ins = make_inputs(op, T=4, nb=3, I=3, H=6, nd=2, layout=1, lens=[4, 0, 2], init=True, seed=23)
+    together = check(op, 22, ins, direction="bidirectional", layout=1, **attrs)
+    monkeypatch.setattr(fast, "split_directions", lambda *a: True)
+    apart = check(op, 22, ins, direction="bidirectional", layout=1, **attrs)
+    for x, y in zip(together, apart):
+        np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-6)
+
+
+def weights_model(op, ins, constant, shapes=None, **attrs):
+    """A one-node model whose inputs listed in `constant` (indices) are initializers, the others fed
+    (declared with their shapes, or shapes[name]); -> (prepared model, feeds)."""
+    names = ["X", "W", "R", "B", "L", "h0", "c0", "P"][:len(ins)]
+    names = ["" if v is None else n for n, v in zip(names, ins)]
+    outs = ["Y", "Y_h", "Y_c"] if op == "LSTM" else ["Y", "Y_h"]
+    node = helper.make_node(op, names, outs, name=NODE, **attrs)
+    inits = [onnx.numpy_helper.from_array(v, n) for k, (n, v) in enumerate(zip(names, ins)) if n and k in constant]
+    fed = [(n, v) for k, (n, v) in enumerate(zip(names, ins)) if n and k not in constant]
+    declared = [helper.make_tensor_value_info(n, elem_type(v.dtype), (shapes or {}).get(n, v.shape)) for n, v in fed]
+    graph = helper.make_graph([node], "g", declared, [helper.make_empty_tensor_value_info(o) for o in outs], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)], ir_version=10)
+    return onnx_mini.prepare(model), dict(fed)
+
+
+@pytest.mark.parametrize("op,attrs", CELLS + [("LSTM", {"input_forget": 1})])
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_constant_and_fed_weights_agree(op, attrs, direction, monkeypatch):
+    """Constant W, R, B (and P) are packed once, when the model is prepared; fed ones on every run. Both
+    give the same values, bit for bit, and the reference's."""
+    nd = 2 if direction == "bidirectional" else 1
+    packed = []
+    original = driver.pack
+    monkeypatch.setattr(driver, "pack", lambda *a, **k: packed.append(1) or original(*a, **k))
+    for peep in (False, True) if op == "LSTM" else (False,):
+        ins = make_inputs(op, T=4, nb=2, I=3, H=5, nd=nd, lens=[4, 2], init=True, peep=peep, seed=31)
+        exp = reference(op, *ins, direction=direction, **attrs)
+        results = {}
+        for constant in ((), (1, 2, 3, 7)):
+            prepared, feeds = weights_model(op, ins, constant, direction=direction, **attrs)
+            del packed[:]
+            runs = [prepared.run(feeds) for _ in range(3)]
+            assert len(packed) == (0 if constant else 3)          # constant weights: never packed again
+            for got in runs[1:]:
+                for g, r in zip(got, runs[0]):
+                    np.testing.assert_array_equal(g, r)
+            results[constant] = runs[0]
+        for fed, const, e in zip(results[()], results[(1, 2, 3, 7)], exp):
+            np.testing.assert_array_equal(fed, const)
+            np.testing.assert_allclose(fed, e, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op,attrs", CELLS)
+def test_streaming_one_step_at_a_time(op, attrs):
+    """A streaming model (a VAD's LSTM) runs T=1 per call with its state carried from call to call: the
+    same values as one run over the whole sequence."""
+    ins = make_inputs(op, T=12, nb=1, I=6, H=4, init=True, seed=41)
+    whole = reference(op, *ins, **attrs)
+    names = ["X", "h0"] + (["c0"] if op == "LSTM" else [])
+    state = [ins[5]] + ([ins[6]] if op == "LSTM" else [])
+    prepared, feeds = weights_model(op, [ins[0][:1], *ins[1:4], None, *state], (1, 2, 3), **attrs)
+    assert sorted(feeds) == sorted(names)                                    # X and the states fed
+    ys = []
+    for t in range(12):
+        out = prepared.run({"X": ins[0][t:t + 1], **dict(zip(names[1:], state))})
+        ys.append(out[0])
+        state = list(out[1:])
+    np.testing.assert_allclose(np.concatenate(ys), whole[0], rtol=1e-5, atol=1e-5)
+    for s_, e in zip(state, whole[1:]):
+        np.testing.assert_allclose(s_, e, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+@pytest.mark.parametrize("op,attrs", CELLS)
+def test_runs_of_changing_shapes(op, attrs, direction):
+    """One prepared model (constant weights: a run reuses the steps an earlier run of its shape made)
+    run on batches and lengths that change from run to run, each against the reference."""
+    nd = 2 if direction == "bidirectional" else 1
+    base = make_inputs(op, T=1, nb=1, I=3, H=70, nd=nd, seed=81)          # H=70: the column form for 1 < B
+    prepared, _ = weights_model(op, base[:4], (1, 2, 3), {"X": ["T", "B", 3]}, direction=direction, **attrs)
+    for k, (T, nb) in enumerate([(1, 1), (3, 2), (1, 1), (2, 5), (3, 2), (1, 1)]):
+        ins = make_inputs(op, T=T, nb=nb, I=3, H=70, nd=nd, seed=90 + k)
+        ins[1:4] = base[1:4]
+        got = prepared.run({"X": ins[0]})
+        for g, e in zip(got, reference(op, *ins[:4], direction=direction, **attrs)):
+            np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", [0, 1])
+@pytest.mark.parametrize("op,attrs", CELLS)
+def test_every_sequence_empty(op, attrs, layout):
+    """sequence_lens all zero: Y is zeros, the last states are the initial ones (copies)."""
+    ins = make_inputs(op, T=3, nb=2, nd=2, layout=layout, lens=[0, 0], init=True, seed=51)
+    got = check(op, 22, ins, direction="bidirectional", layout=layout, **attrs)
+    assert not got[0].any()
+    for g, given in zip(got[1:], ins[5:7]):
+        np.testing.assert_array_equal(g, given)
+        assert not np.shares_memory(g, given)
+
+
+@pytest.mark.parametrize("tname", ["float16", "bfloat16", "double"])
+@pytest.mark.parametrize("column", [False, True])
+@pytest.mark.parametrize("op,attrs", CELLS)
+def test_fast_form_types(op, attrs, column, tname, monkeypatch):
+    """The default activations' form in every type (float16/bfloat16 computed in float32)."""
+    monkeypatch.setattr(fast, "column_form", lambda batch, hidden: column)
+    dt = np_type(tname)
+    ins = make_inputs(op, nd=2, init=True, lens=[4, 1, 3], dtype=np.float64)
+    ins = [None if v is None else v if v.dtype.kind == "i" else v.astype(dt) for v in ins]
+    check(op, 22, ins, direction="bidirectional", **attrs)
+
+
+def test_fast_and_spec_forms_agree():
+    """LSTM with all-zero peepholes takes the spec's form; without them, the tuned one: same values."""
+    ins = make_inputs("LSTM", T=6, nb=3, I=4, H=7, nd=2, init=True, lens=[6, 3, 5], seed=61)
+    tuned = run_node("LSTM", 22, ins[:7], n_outputs=3, direction="bidirectional",
+                     activations=["sigmoid", "TANH", "tanh"])
+    ins[7] = np.zeros((2, 21), np.float32)
+    spec = run_node("LSTM", 22, ins, n_outputs=3, direction="bidirectional")
+    for f, s_ in zip(tuned, spec):
+        np.testing.assert_allclose(f, s_, rtol=1e-6, atol=1e-6)
+
+
+def test_concurrent_runs_share_nothing(monkeypatch):
+    """Runs of one prepared model from several threads (each with its own buffers, the directions on
+    the pool's threads): every run gives the single run's values."""
+    import threading
+
+    monkeypatch.setattr(fast, "split_directions", lambda *a: True)
+    ins = make_inputs("LSTM", T=6, nb=3, I=4, H=8, nd=2, lens=[6, 2, 4], init=True, seed=71)
+    prepared, feeds = weights_model("LSTM", ins, (1, 2, 3), direction="bidirectional")
+    expected = prepared.run(feeds)
+    results, errors = [], []
+
+    def worker():
+        try:
+            for _ in range(20):
+                results.append(prepared.run(feeds))
+        except Exception as e:          # reported below, with the thread's traceback lost otherwise
+            errors.append(e)
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(results) == 80
+    for got in results:
+        for g, e in zip(got, expected):
+            np.testing.assert_array_equal(g, e)

@@ -15,7 +15,7 @@ Spec: onnxruntime's ContribOperators documentation; where it is silent, onnxrunt
   (math.matmul's `int_matmul`: float32 BLAS, K split where the sums could pass 2^24), scaled in
   float32; B - b_zero_point and the range of its values are made once at prepare when B and its zero
   point are constants.
-- DynamicQuantizeLSTM: LSTM (rnn.py) on the dequantized W and R, dequantized at prepare like MatMulNBits.
+- DynamicQuantizeLSTM: LSTM (ops/rnn) on the dequantized W and R, dequantized at prepare like MatMulNBits.
   onnxruntime also quantizes X and the hidden state to uint8 at every step; the documentation does not
   ask for it, so this runtime keeps them in float32 (results agree to about one quantization step).
 """

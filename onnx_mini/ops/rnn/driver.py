@@ -1,0 +1,332 @@
+"""The driver of the recurrent operators: the weights made ready once (`pack`), the input
+projection, each direction's step order, the loop (its steps kept for later runs of the same shape:
+`_Made`), sequence_lens and layout (the package's doc)."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ... import blas, parallel
+from ...errors import InvalidValueError
+from .._common import UPCAST, prepack
+from . import fast, spec
+
+
+# -- the weights, made ready once per model --------------------------------------------------------
+
+class Weights(NamedTuple):
+    dtype: np.dtype          # the weights' type (X must have it)
+    ct: np.dtype             # the compute type
+    I: int
+    H: int
+    WT: np.ndarray           # [I, D*G*H]: every gate and direction of W, transposed side by side
+    bias: np.ndarray | None  # [D*G*H]: added to the input projection
+    R: tuple                 # per product of the step: (R^T [D, H, n], R [D, n, H]) for its n gate rows
+    rbh: np.ndarray | None   # [D, H]: GRU's Rb of the h gate when linear_before_reset keeps it in the product
+    P: np.ndarray | None     # [D, 3, H]: LSTM peepholes i, o, f
+
+
+def pack(W, R, B, P, *, D, G, hidden_size, order, scale, products, apart):
+    """W, R, B, P (each direction's gates in the spec's order) -> Weights with the gates in `order`
+    (spec gate indices), the rows of packed gate k multiplied by scale[k] (exact: powers of two),
+    R split into `products` (ranges of packed gates) and the spec gate `apart` (or None) left out of
+    the projection's bias (its Rb stays inside the reset product: rbh)."""
+    dtype = W.dtype
+    for name, v in (("R", R), ("B", B), ("P", P)):
+        if v is not None and v.dtype != dtype:
+            raise InvalidValueError(f"{name} has type {v.dtype}, W has {dtype}: they must match")
+    if W.ndim != 3:
+        raise InvalidValueError(f"W must have rank 3, got shape {list(W.shape)}")
+    if R.ndim != 3:
+        raise InvalidValueError(f"R must have rank 3, got shape {list(R.shape)}")
+    H = R.shape[-1] if hidden_size is None else hidden_size
+    I = W.shape[2]
+    _check_shape("W", W, (D, G * H, I))
+    _check_shape("R", R, (D, G * H, H))
+    _check_shape("B", B, (D, 2 * G * H))
+    _check_shape("P", P, (D, 3 * H))
+    ct = np.dtype(np.float32) if dtype in UPCAST else dtype
+    rows = np.concatenate([np.arange(k * H, (k + 1) * H) for k in order])
+    factor = np.repeat(np.asarray(scale, ct), H)[:, None]
+
+    def gatewise(v):          # [D, G*H, ...] -> a copy in the packed gate order, scaled
+        v = v.astype(ct, copy=False)[:, rows]
+        return v if (factor == 1).all() else v * factor.reshape((G * H,) + (1,) * (v.ndim - 2))
+
+    WT = np.ascontiguousarray(gatewise(W).reshape(D * G * H, I).T)
+    Rp = gatewise(R)
+    Rs = tuple((np.ascontiguousarray(Rp[:, a * H:b * H].transpose(0, 2, 1)), np.ascontiguousarray(Rp[:, a * H:b * H]))
+               for a, b in products)
+    bias = rbh = None
+    if B is not None:
+        wb, rb = gatewise(B[:, :G * H, None])[..., 0], gatewise(B[:, G * H:, None])[..., 0]
+        bias = wb + rb
+        if apart is not None:
+            k = order.index(apart)
+            bias[:, k * H:(k + 1) * H] = wb[:, k * H:(k + 1) * H]
+            rbh = rb[:, k * H:(k + 1) * H]
+        bias = bias.reshape(-1)
+    Pp = None if P is None else P.astype(ct).reshape(D, 3, H)
+    return Weights(dtype, ct, I, H, WT, bias, Rs, rbh, Pp)
+
+
+class Cell(NamedTuple):
+    gates: int
+    default_acts: tuple
+    has_cell: bool
+    fast: object             # fast(w, form, Bn, clip, **attrs) -> step, for the default activations
+    general: object          # general(w, acts, clipper, **attrs) -> step
+    fast_order: tuple        # the packed gate order of the fast form (spec gate indices)
+    fast_scale: tuple        # per packed gate: 0.5 for a sigmoid gate (computed as tanh(x/2))
+
+
+RNN = Cell(1, ("Tanh",), False, fast.rnn_step, spec.rnn_step, (0,), (1,))
+GRU = Cell(3, ("Sigmoid", "Tanh"), False, fast.gru_step, spec.gru_step, (0, 1, 2), (0.5, 0.5, 1))
+LSTM = Cell(4, ("Sigmoid", "Tanh", "Tanh"), True, fast.lstm_step, spec.lstm_step, (3, 0, 2, 1), (1, 0.5, 0.5, 0.5))
+
+
+# -- the shared driver -----------------------------------------------------------------------------
+
+_DIRECTIONS = {"forward": (False,), "reverse": (True,), "bidirectional": (False, True)}
+
+
+def recurrent(op, cell, *, direction, layout, hidden_size, activations, activation_alpha, activation_beta,
+              clip, n_outputs, constants, **cell_attrs):
+    """Parse what every cell shares and return the kernel function."""
+    if direction not in _DIRECTIONS:
+        raise ValueError(f"direction must be forward, reverse or bidirectional, got {direction!r}")
+    if layout not in (0, 1):
+        raise ValueError(f"layout must be 0 or 1, got {layout}")
+    if hidden_size is not None and hidden_size <= 0:
+        raise ValueError(f"hidden_size must be positive, got {hidden_size}")
+    reverse = _DIRECTIONS[direction]
+    D, G = len(reverse), cell.gates
+    acts, names = spec.activation_functions(op, activations, cell.default_acts, activation_alpha, activation_beta, D)
+    clip = spec.check_clip(clip)
+    # the tuned form (fast.py): default activations, and none of the LSTM options only the spec's form
+    # has (peepholes fed at run time also take the spec's form)
+    tuned = (names == [n.lower() for n in cell.default_acts] * D and not cell_attrs.get("input_forget")
+            and constants.get(7) is None)
+    apart = 2 if op == "GRU" and cell_attrs.get("linear_before_reset") else None
+    products = ((0, 2), (2, 3)) if op == "GRU" and apart is None else ((0, G),)
+
+    def packer(order, scale):
+        return lambda W, R, B, P: pack(W, R, B, P, D=D, G=G, hidden_size=hidden_size, order=order, scale=scale,
+                                       products=products, apart=apart)
+    spec_weights = packer(tuple(range(G)), (1,) * G)
+    tuned_weights = steps = None
+    if tuned:
+        tuned_weights = prepack(packer(cell.fast_order, cell.fast_scale), constants, (1, 2, 3, 7), required=2)
+
+        def make(w, Bn, col, d):    # a tuned step for direction d, or for every direction when d is None
+            if d is None:
+                return cell.fast(w, fast.Form(w.H, w.ct, col, (D,)), Bn, clip, **cell_attrs)
+            if D > 1:
+                w = w._replace(R=tuple((RT[d:d + 1], R_[d:d + 1]) for RT, R_ in w.R),
+                               rbh=None if w.rbh is None else w.rbh[d:d + 1])
+            return cell.fast(w, fast.Form(w.H, w.ct, col, ()), Bn, clip, **cell_attrs)
+        # constant weights: keep the steps runs made for later runs of the same shape
+        steps = _Made(make) if 1 in constants and 2 in constants else _Made(make, keep=False)
+    else:
+        spec_weights = prepack(spec_weights, constants, (1, 2, 3, 7), required=2)
+
+    def run(X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None):
+        if X.ndim != 3:
+            raise InvalidValueError(f"X must have rank 3, got shape {list(X.shape)}")
+        dtype = X.dtype
+        if W.dtype != dtype:
+            raise InvalidValueError(f"W has type {W.dtype}, X has {dtype}: they must match")
+        on_tuned = tuned and P is None
+        w = tuned_weights(W, R, B, P) if on_tuned else spec_weights(W, R, B, P)
+        H, I, ct = w.H, w.I, w.ct
+        T, Bn = (X.shape[0], X.shape[1]) if layout == 0 else (X.shape[1], X.shape[0])
+        if X.shape[2] != I:
+            raise InvalidValueError(f"W has shape {list(W.shape)}, expected {[D, G * H, X.shape[2]]}")
+        state_shape = (D, Bn, H) if layout == 0 else (Bn, D, H)
+        for name, v in (("initial_h", initial_h), ("initial_c", initial_c)):
+            if v is not None and v.dtype != dtype:
+                raise InvalidValueError(f"{name} has type {v.dtype}, X has {dtype}: they must match")
+            _check_shape(name, v, state_shape)
+        lens = _lengths(sequence_lens, T, Bn)
+        col = on_tuned and fast.column_form(Bn, H)
+
+        # the input projection of every step and direction, one matmul: -> [T, D, B, G*H] (a view)
+        xp = fast.matmul_for(T * Bn * w.WT.size)(X.reshape(-1, I).astype(ct, copy=False), w.WT)
+        if w.bias is not None:
+            xp += w.bias
+        xp = (xp.reshape(T, Bn, D, G * H).transpose(0, 2, 1, 3) if layout == 0
+              else xp.reshape(Bn, T, D, G * H).transpose(1, 2, 0, 3))
+        order = valid = None
+        if lens is not None:
+            s = np.arange(T)[:, None]
+            valid = s < lens                                                # [T, B]
+            order = (np.where(valid, lens - 1 - s, s), np.arange(Bn))       # s <-> len-1-s
+        xp = _in_step_order(xp, reverse, order, col)
+
+        step_shape = (D, H, Bn) if col else (D, Bn, H)
+
+        def state(v):       # an initial state as the step reads it
+            if v is None:
+                return np.zeros(step_shape, ct)
+            v = v.astype(ct, copy=False)
+            v = v.transpose(1, 0, 2) if layout == 1 else v
+            return v.transpose(0, 2, 1) if col else v
+        h = state(initial_h)
+        c = cn = spare = None
+        if cell.has_cell:
+            c = state(initial_c)
+            cn, spare = np.empty((2, *step_shape), ct)
+        ys = np.empty((T, *step_shape), ct)
+        keep = full = None
+        if lens is not None:
+            full = valid.all(axis=1)
+            keep = ~valid[:, None, None, :] if col else ~valid[:, None, :, None]     # [T, 1, B, 1]
+        cs = None if c is None else (c, cn, spare)
+
+        def direction(d):   # the steps of direction d alone, on 2-D arrays: -> its last (h, c)
+            step = steps.take(w, Bn, col, d)
+            last = _loop(step, xp[:, d], ys[:, d], h[d], cs and (cs[0][d], cs[1][d], cs[2][d]),
+                         None if keep is None else keep[:, 0], full)
+            steps.give(w, Bn, col, d, step)
+            return last
+
+        if not on_tuned:
+            h, c = _loop(cell.general(w, acts, spec.clipper(clip), **cell_attrs), xp, ys, h, cs, keep, full)
+        elif D == 1:
+            h, c = (v if v is None else v[None] for v in direction(0))
+        elif fast.split_directions(Bn, H, G):
+            last = [None, None]
+
+            def work(start, stop):
+                for d in range(start, stop):
+                    last[d] = direction(d)
+            with blas.own_threads():
+                parallel.split(work, 2, 1)
+            h = np.stack([last[0][0], last[1][0]])
+            c = None if c is None else np.stack([last[0][1], last[1][1]])
+        else:
+            step = steps.take(w, Bn, col, None)
+            h, c = _loop(step, xp, ys, h, cs, keep, full)
+            steps.give(w, Bn, col, None, step)
+
+        # the last states, never views of Y nor the caller's initial state
+        if col:
+            h, c, ys = h.transpose(0, 2, 1), None if c is None else c.transpose(0, 2, 1), ys.transpose(0, 1, 3, 2)
+        h = h.copy()
+        if c is not None and T == 0:
+            c = c.copy()
+        ys = _in_time_order(ys, reverse, order)
+        if valid is not None:           # some sequences end early: zeros beyond them
+            np.copyto(ys, 0, where=~valid[:, None, :, None])
+
+        outs = [ys, h, c][:n_outputs]
+        if ct != dtype:
+            outs = [None if v is None else v.astype(dtype) for v in outs]
+        if layout == 1:
+            trans = [(2, 0, 1, 3), (1, 0, 2), (1, 0, 2)]
+            outs = [None if v is None else v.transpose(p) for v, p in zip(outs, trans)]
+        return tuple(outs)
+    return run
+
+
+class _Made:
+    """Tuned steps (with their scratch buffers) that no run is using, by run shape: a later run of the
+    same shape takes one instead of making it (a VAD's T=1 call: ~5 of ~25 us). Per model; concurrent
+    runs never share one (list.pop and list.append are atomic). keep=False: make every time (weights
+    fed at run time: no packed copies kept alive)."""
+
+    def __init__(self, make, keep=True):
+        self.make, self.keep, self.free = make, keep, {}
+
+    def take(self, w, Bn, col, d):
+        entry = self.free.get((id(w), Bn, col, d))
+        if entry is not None and entry[0] is w and entry[1]:
+            try:
+                return entry[1].pop()
+            except IndexError:          # another run took the last one meanwhile
+                pass
+        return self.make(w, Bn, col, d)
+
+    def give(self, w, Bn, col, d, step):
+        if not self.keep:
+            return
+        key = (id(w), Bn, col, d)
+        entry = self.free.get(key)
+        if entry is None or entry[0] is not w:
+            if len(self.free) >= 8:     # run shapes keep changing: start over
+                self.free.clear()
+            entry = self.free[key] = (w, [])
+        entry[1].append(step)
+
+
+def _loop(step, xs, ys, h, cs, keep, full):
+    """Run the steps over xs, the state of step t into ys[t]; cs: (c, and two buffers for the next c's)
+    or None; keep [T, ...] (True where the sequence is over) or None. -> the last (h, c)."""
+    c, cn, spare = cs or (None, None, None)
+    if keep is None:
+        for xt, hout in zip(xs, ys):
+            step(xt, h, hout, c, cn)
+            h = hout
+            c, cn, spare = cn, spare, cn
+    else:
+        for t, (xt, hout) in enumerate(zip(xs, ys)):
+            step(xt, h, hout, c, cn)
+            if not full[t]:
+                np.copyto(hout, h, where=keep[t])
+                if c is not None:
+                    np.copyto(cn, c, where=keep[t])
+            h = hout
+            c, cn, spare = cn, spare, cn
+    return h, c
+
+
+def _in_step_order(xp, reverse, order, col):
+    """The projection [T, D, B, G*H] in time order -> in each direction's step order, as [T, D, B, G*H]
+    (a view when no direction needs moving) or, in column form, [T, D, G*H, B]."""
+    T, D, Bn, GH = xp.shape
+    if not col and True not in reverse:
+        return xp
+    if not col and D == 1 and order is None:
+        return xp[::-1]
+    out = np.empty((T, D, GH, Bn) if col else (T, D, Bn, GH), xp.dtype)
+    for d, rev in enumerate(reverse):
+        src = xp[:, d]
+        if rev:
+            src = src[::-1] if order is None else src[order[0], order[1]]
+        out[:, d] = src.transpose(0, 2, 1) if col else src
+    return out
+
+
+def _in_time_order(ys, reverse, order):
+    """Step-ordered states [T, D, B, H] -> time order (the same gather: s <-> len-1-s is an involution)."""
+    if True not in reverse:
+        return ys
+    if order is None:
+        if len(reverse) == 1:
+            return ys[::-1]
+        ys[:, 1] = ys[::-1, 1].copy()
+    elif len(reverse) == 1:
+        return ys[order[0], 0, order[1]][:, None]
+    else:
+        ys[:, 1] = ys[order[0], 1, order[1]]
+    return ys
+
+
+def _check_shape(name, v, expected):
+    if v is not None and v.shape != expected:
+        raise InvalidValueError(f"{name} has shape {list(v.shape)}, expected {list(expected)}")
+
+
+def _lengths(sequence_lens, T, Bn):
+    """Per-batch lengths as int64 [B], or None when every sequence has the full length T."""
+    if sequence_lens is None:
+        return None
+    if sequence_lens.dtype.kind not in "iu":
+        raise InvalidValueError(f"sequence_lens must be integers, got {sequence_lens.dtype}")
+    if sequence_lens.shape != (Bn,):
+        raise InvalidValueError(f"sequence_lens has shape {list(sequence_lens.shape)}, expected [{Bn}]")
+    lens = sequence_lens.astype(np.int64)
+    if Bn and (lens.min() < 0 or lens.max() > T):
+        raise InvalidValueError(f"sequence_lens {lens.tolist()} must lie in [0, seq_length={T}]")
+    return None if (lens == T).all() else lens

@@ -1,0 +1,186 @@
+"""The tuned form of the recurrent cells with their default activations (Sigmoid, Tanh), with or
+without clip: the same values as spec.py's equations, computed in place on buffers made per run,
+before the loop; and the per-run choices of algorithm, each with what was measured.
+
+- sigmoid(x) = (tanh(x/2) + 1) / 2 (one pass fewer than 1/(1+e^-x), no overflow), the 1/2 folded into
+  the packed weights and biases of the sigmoid gates (a power of two: tanh sees x/2 exactly);
+- LSTM's gates are packed as [c i f o], so one tanh covers all four and the sigmoid's (t + 1) / 2 the
+  three last side by side;
+- for a few rows of a wide state the product runs as R @ h^T (OpenBLAS is faster that way) and the
+  whole step in that column form ([D, G*H, B] buffers), turned back once after the loop;
+- one direction steps on 2-D arrays (np.dot: the cheapest product call); two directions step together
+  (batched products), or each in its own loop on its own thread when the products are large.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ... import blas, parallel
+
+
+class Form(NamedTuple):
+    """How a run lays out its arrays: row form [D, B, n] (the state product h @ R^T) or column form
+    [D, n, B] (R @ h), without the D axis for one direction (2-D products are the cheapest numpy call)."""
+
+    H: int
+    ct: np.dtype
+    col: bool
+    lead: tuple        # (D,), or () for one direction
+
+    def buffer(self, n, Bn):
+        return np.empty(self.lead + ((n, Bn) if self.col else (Bn, n)), self.ct)
+
+    def gates(self, a, k, end):
+        """Packed gates k..end-1 of a buffer (a view)."""
+        H = self.H
+        return a[..., k * H:end * H, :] if self.col else a[..., k * H:end * H]
+
+    def vector(self, v):
+        """A per-direction vector [D, H] broadcast against the state."""
+        v = v if self.lead else v[0]
+        return v[..., None] if self.col else v[..., None, :]
+
+    def product(self, pair, Bn):
+        """(matmul, a, b) of the state product with one of driver.Weights.R's pairs: a @ h into out in column
+        form (a = R), h @ b in row form (b = R^T); the step branches on `col` (cheaper than a lambda)."""
+        RT, R = pair if self.lead else (pair[0][0], pair[1][0])
+        mm = matmul_for(RT.size * Bn)
+        if mm is np.matmul and not self.lead:
+            mm = np.dot         # 2-D: ~0.6 us less than np.matmul a call (measured H=64, gates 4H)
+        return mm, R, RT
+
+
+def rnn_step(w, form, Bn, clip):
+    mm, R, RT = form.product(w.R[0], Bn)
+    col = form.col
+
+    def step(xt, h, hout, c, cout):
+        if col:
+            mm(R, h, hout)
+        else:
+            mm(h, RT, hout)
+        np.add(hout, xt, hout)
+        if clip is not None:
+            clip_into(hout, clip)
+        np.tanh(hout, hout)
+    return step
+
+
+def gru_step(w, form, Bn, clip, linear_before_reset):
+    """Packed gates z r h, z and r halved (sigmoid through tanh)."""
+    H = w.H
+    half = _HALF[w.ct]
+    if clip is not None:
+        clip_zr = clip / 2
+    col = form.col
+    mm, R, RT = form.product(w.R[0], Bn)       # linear_before_reset: the three gates; else z and r
+    if linear_before_reset:
+        buf = form.buffer(3 * H, Bn)
+        zr, hh = form.gates(buf, 0, 2), form.gates(buf, 2, 3)
+    else:                                       # h's product waits for r
+        buf = zr = form.buffer(2 * H, Bn)
+        hh, rh = form.buffer(H, Bn), form.buffer(H, Bn)
+        mm_h, R_h, RT_h = form.product(w.R[1], Bn)
+    z, r = form.gates(zr, 0, 1), form.gates(zr, 1, 2)
+    x_zr, x_h = (np.s_[..., :2 * H, :], np.s_[..., 2 * H:, :]) if form.col else (np.s_[..., :2 * H], np.s_[..., 2 * H:])
+    rbh = None if w.rbh is None else form.vector(w.rbh)
+
+    def step(xt, h, hout, c, cout):
+        if col:
+            mm(R, h, buf)
+        else:
+            mm(h, RT, buf)
+        np.add(zr, xt[x_zr], zr)
+        if clip is not None:
+            clip_into(zr, clip_zr)
+        np.tanh(zr, zr)
+        np.multiply(zr, half, zr)
+        np.add(zr, half, zr)                 # z, r
+        if linear_before_reset:
+            if rbh is not None:
+                np.add(hh, rbh, hh)
+            np.multiply(hh, r, hh)
+        else:
+            np.multiply(r, h, rh)
+            if col:
+                mm_h(R_h, rh, hh)
+            else:
+                mm_h(rh, RT_h, hh)
+        np.add(hh, xt[x_h], hh)
+        if clip is not None:
+            clip_into(hh, clip)
+        np.tanh(hh, hh)                      # ht
+        np.subtract(h, hh, hout)             # (1 - z) * ht + z * h = ht + z * (h - ht)
+        np.multiply(hout, z, hout)
+        np.add(hout, hh, hout)
+    return step
+
+
+def lstm_step(w, form, Bn, clip, input_forget=0):
+    """Packed gates c i f o, i f o halved (sigmoid through tanh): one tanh for the four (no
+    input_forget, no peepholes: those take the spec's form)."""
+    half = _HALF[w.ct]
+    buf = form.buffer(4 * w.H, Bn)
+    g, i, f, o, ifo = [form.gates(buf, k, end) for k, end in ((0, 1), (1, 2), (2, 3), (3, 4), (1, 4))]
+    mm, R, RT = form.product(w.R[0], Bn)
+    col = form.col
+    if clip is not None:
+        clip_ifo = clip / 2
+
+    def step(xt, h, hout, c, cout):
+        if col:
+            mm(R, h, buf)
+        else:
+            mm(h, RT, buf)
+        np.add(buf, xt, buf)
+        if clip is not None:
+            clip_into(g, clip)
+            clip_into(ifo, clip_ifo)
+        np.tanh(buf, buf)
+        np.multiply(ifo, half, ifo)
+        np.add(ifo, half, ifo)               # i, f, o
+        np.multiply(f, c, cout)
+        np.multiply(i, g, i)
+        np.add(cout, i, cout)                # c = f * c + i * g
+        np.tanh(cout, hout)
+        np.multiply(hout, o, hout)
+    return step
+
+
+def matmul_for(macs):
+    """blas.matmul for a product it may split over threads, else np.matmul: blas.matmul splits nothing
+    below 2 * MIN_PART_MACS, and its checks cost ~2 us a call (a step of a VAD's LSTM, H=64: ~10 us)."""
+    return blas.matmul if macs >= 2 * blas.MIN_PART_MACS else np.matmul
+
+
+# 0.5 in each compute type: a Python float operand costs a conversion per ufunc call
+_HALF = {np.dtype(t): t(0.5) for t in (np.float32, np.float64)}
+
+
+def clip_into(x, bound):
+    """x bounded to [-bound, bound] in place (two ufuncs: np.clip's Python wrapper costs more per step)."""
+    np.minimum(x, bound, out=x)
+    np.maximum(x, -bound, out=x)
+
+
+def column_form(Bn, H):
+    """Whether the step runs in the column form: R @ h^T beats h @ R^T on OpenBLAS for a few rows of a
+    wide state (products alone, H = 256, gates 4H: B=4 81 vs 39 us, B=16 121 vs 79 us, B=48 211 vs 196 us;
+    B=1 and B >= 64 lose; whole LSTM/GRU runs, T=30, column / row time: H=256 B=2..48 0.83-0.96, B=64
+    1.27; H=128 B=4/16 0.71-1.08; H=64 B=4/16 0.85-0.90)."""
+    return 1 < Bn <= 48 and H >= 64
+
+
+def split_directions(Bn, H, G):
+    """Whether the two directions run on two threads, each its own loop (one hand-off a run): only where
+    a step's product dwarfs its gate math, whose numpy calls hold the GIL (measured: two threads / one,
+    bidirectional LSTM T=50, per-direction product of 2M multiply-adds (B=8, H=256): 0.57-0.88; 1M
+    (B=4/16, H=256/128/512): 0.86-1.07; 49K-524K: 0.79-1.55). From 2 * MIN_PART_MACS for the two
+    directions blas.matmul splits each step's product itself."""
+    macs = Bn * H * G * H
+    return parallel.threads() > 1 and SPLIT_DIRECTIONS_MACS <= macs < blas.MIN_PART_MACS
+
+
+SPLIT_DIRECTIONS_MACS = 2 ** 21
