@@ -29,7 +29,7 @@ def bind_inputs(plan: Plan, feeds) -> list[Any]:
 
 def _match(plan: Plan, feeds) -> list[tuple[InputSpec, Any]]:
     if isinstance(feeds, dict):
-        by_name = {i.name: i for i in plan.inputs}
+        by_name = plan.input_by_name
         unknown = [k for k in feeds if k not in by_name]
         if unknown:
             raise InputError(f"unknown input name(s) {', '.join(map(repr, unknown))}; the model's inputs are "

@@ -109,11 +109,13 @@ class Plan:
     blocks: tuple = ()                 # independent branches (schedule.Block), top-level plans only
     uses_blas: bool = True             # a heavy step (MatMul, Conv, ...) here or in a body: runs manage BLAS
     required_inputs: list[InputSpec] = field(init=False)   # inputs without an initializer default
+    input_by_name: dict[str, InputSpec] = field(init=False, repr=False, compare=False)
     _scoped: dict = field(init=False, repr=False, compare=False)   # scope prefix -> scoped_infos
     layout: Any = field(default=None, init=False, repr=False, compare=False)   # the executor's, made at the first run
 
     def __post_init__(self):
         self.required_inputs = [i for i in self.inputs if not i.has_default]
+        self.input_by_name = {i.name: i for i in self.inputs}
         self._scoped = {}
 
     def scoped_infos(self, prefix: tuple[str, ...] = ()) -> list[StepInfo]:
