@@ -212,6 +212,32 @@ def test_load_returns_plain_objects():
     assert not m.graph.initializers["b"].flags.writeable
 
 
+def test_initializer_is_a_read_only_copy_of_the_proto_values():
+    """An initializer may be a view over the bytes protobuf hands out (no second copy), but never over
+    the caller's ModelProto: changing the proto afterwards changes nothing loaded."""
+    w = np.arange(12, dtype=np.float32).reshape(3, 4)
+    m = model([helper.make_node("Identity", ["w"], ["y"])], [], [("y", F, [3, 4])], [numpy_helper.from_array(w, "w")])
+    got = loader.load(m).graph.initializers["w"]
+    m.graph.initializer[0].raw_data = np.zeros(12, np.float32).tobytes()
+    assert got.dtype == np.float32 and not got.flags.writeable
+    np.testing.assert_array_equal(got, w)
+
+
+def test_a_large_model_file_loaded_keeps_nothing_of_it(tmp_path):
+    """What was loaded from a file of MMAP_THRESHOLD bytes or more (initializers may be views of the
+    parsed bytes) must not depend on the file afterwards (overwritten here with zeros of the same size)."""
+    w = np.arange(loader.MMAP_THRESHOLD // 4 + 10, dtype=np.float32)
+    m = model([helper.make_node("Identity", ["w"], ["y"])], [], [("y", F, [w.size])], [numpy_helper.from_array(w, "w")])
+    path = tmp_path / "big.onnx"
+    path.write_bytes(m.SerializeToString())
+    assert path.stat().st_size >= loader.MMAP_THRESHOLD
+    rep = onnx_mini.prepare(str(path))
+    got = loader.load(str(path)).graph.initializers["w"]
+    path.write_bytes(bytes(path.stat().st_size))
+    np.testing.assert_array_equal(got, w)
+    np.testing.assert_array_equal(rep.run({})[0], w)
+
+
 # -- external data hardening --------------------------------------------------------------------
 
 def test_external_data_hard_link_is_rejected(tmp_path):

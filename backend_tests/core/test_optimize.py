@@ -127,6 +127,26 @@ def test_batchnorm_on_constant_of_shape_weights_folds():
     check(model(nodes, [("x", F, [1, 2, 3, 3])], [("y", F, None)], inits), [rand(1, 2, 3, 3)], ["Conv"])
 
 
+def test_batchnorm_folded_weights_are_computed_in_float64_and_rounded_once():
+    """W' = W * scale / sqrt(var + eps) per output channel, every product in float64, one rounding to
+    float32 (a float32 product of a rounded scale would differ in the last bit for some weights)."""
+    from onnx_mini import loader
+    from onnx_mini.optimize import optimize_graph
+    w = rand(8, 3, 3, 3)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), bn("c", "y")]
+    inits = [init("w", w)] + bn_inits("bn", 8, seed=3)
+    loaded = loader.load(model(nodes, [("x", F, [1, 3, 5, 5])], [("y", F, None)], inits))
+    graph = optimize_graph(loaded.graph, loaded.opsets)
+    (conv,) = graph.nodes
+    got = graph.initializers[conv.inputs[1]]
+    s, b, m, v = (numpy_helper.to_array(t).astype(np.float64) for t in inits[1:])
+    a = s / np.sqrt(v + 1e-3)
+    want = (w.astype(np.float64) * a[:, None, None, None]).astype(np.float32)
+    assert got.dtype == np.float32 and np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    np.testing.assert_array_equal(graph.initializers[conv.inputs[2]], (b - m * a).astype(np.float32))
+    assert not got.flags.writeable
+
+
 def test_batchnorm_not_folded_when_its_input_is_a_graph_output():
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), bn("c", "y")]
     inits = [init("w", rand(4, 2, 1, 1))] + bn_inits("bn", 4)
@@ -186,6 +206,63 @@ def test_matmul_add_relu_is_one_step_and_matmul_add_alone_too():
     # a bias that broadcasts the product to a larger shape still gives the Add's result
     big = [init("w", rand(5, 4)), init("b", rand(2, 1, 4))]
     check(model(nodes, [("x", F, None)], [("y", F, None)], big), [rand(3, 5)], [(FUSED, "MatMul")])
+
+
+@pytest.mark.parametrize("act", ["Relu", "Tanh", "Sigmoid"])
+@pytest.mark.parametrize("bias", ["constant", "constant_row", "fed", "fed_row"])
+def test_matmul_add_activation_on_a_row(act, bias):
+    """[1, 64] x [64, 32] + bias, then the activation, as a decoder step runs it: the fused step gives the
+    three nodes' values (Relu and Tanh bit for bit; the fused Sigmoid is 1 / (1 + exp(-y)), within
+    rounding of the Sigmoid kernel's form); the fed inputs are left untouched."""
+    b = rand(1, 32) if bias.endswith("row") else rand(32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p"]), helper.make_node("Add", ["p", "b"], ["s"]),
+             helper.make_node(act, ["s"], ["y"])]
+    fed = bias.startswith("fed")
+    ins = [("x", F, [1, 64])] + ([("b", F, list(b.shape))] if fed else [])
+    m = model(nodes, ins, [("y", F, None)], [init("w", rand(64, 32))] + ([] if fed else [init("b", b)]))
+    feeds = [rand(1, 64) * 4] + ([b] if fed else [])
+    kept = [f.copy() for f in feeds]
+    opt = check(m, feeds, [(FUSED, "MatMul")], rtol=1e-6, atol=1e-7)
+    got, want = opt.run(feeds)[0], onnx_mini.prepare(m, optimize=False).run(feeds)[0]
+    if act != "Sigmoid":
+        np.testing.assert_array_equal(got, want)
+    for f, k in zip(feeds, kept):
+        np.testing.assert_array_equal(f, k)
+
+
+def test_fused_step_writes_only_its_own_buffers():
+    """The fused kernels' ownership test: a fresh product is written in place, a read-only array, an input
+    itself or a view of one is not (the result is a copy)."""
+    from onnx_mini.ops import fused
+    x = rand(3, 4)
+    fresh = x @ rand(4, 4)
+    assert fused._own(fresh, (x,))
+    assert fused._own(fresh[1:], (x,))                 # a view of a fresh buffer no input shares
+    assert not fused._own(x, (x,))                     # the input itself
+    assert not fused._own(x[1:], (x,))                 # a view of an input
+    ro = fresh.copy()
+    ro.flags.writeable = False
+    assert not fused._own(ro, ())
+    finish = fused._finisher("Relu", ())
+    y = finish(x, (x,))
+    assert y is not x and np.array_equal(y, np.maximum(x, 0)) and (x < 0).any()
+    z = fused._add_into(x, np.ones(4, np.float32), (x,))        # an input: the sum is a new array
+    assert z is not x and np.array_equal(z, x + 1)
+    assert fused._fits((4,), (3, 4)) and fused._fits((1, 4), (3, 4)) and fused._fits((), (3, 4))
+    assert fused._fits((3, 1), (3, 4)) and not fused._fits((2, 4), (3, 4)) and not fused._fits((1, 3, 4), (3, 4))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float16])
+def test_attention_block_in_other_float_types(dtype):
+    """float64 runs the in-place path, float16 the Softmax kernel's path (computed in float32)."""
+    et = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    nodes = [helper.make_node("MatMul", ["q", "k"], ["s0"]), helper.make_node("Mul", ["s0", "c"], ["s1"]),
+             helper.make_node("Softmax", ["s1"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["y"])]
+    inits = [init("c", np.array(0.25, dtype))]
+    feeds = [rand(2, 5, 8, dtype=dtype), rand(2, 8, 7, dtype=dtype), rand(2, 7, 4, dtype=dtype)]
+    tol = 1e-3 if dtype == np.float16 else 1e-12
+    check(model(nodes, [("q", et, None), ("k", et, None), ("v", et, None)], [("y", et, None)], inits, opset=13), feeds,
+          [(FUSED, "Attention")], rtol=tol, atol=tol)
 
 
 def test_float16_and_float64_conv_relu():

@@ -86,6 +86,13 @@ def _bias(ctx: Context, node, index: int, m: int):
     return b.astype(np.float64)
 
 
+def _scaled(w: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """w * a (a float64, broadcasting) in float64, rounded once into W's type: the ufunc casts its
+    float64 products block by block into the result, with no float64 copy of W (ResNet-50's 25M
+    weights: 200 MB of temporary; the fold took ~2/3 of its prepare, measured)."""
+    return np.multiply(w, a, out=np.empty(w.shape, w.dtype), casting="unsafe")
+
+
 def _conv(ctx, node, a, mean, bias, shift):
     if not ctx.is_op(node, "Conv", (1, 11, 22)) or len(node.inputs) < 2:
         return None
@@ -95,7 +102,7 @@ def _conv(ctx, node, a, mean, bias, shift):
     b = _bias(ctx, node, 2, len(a))
     if b is None:
         return None
-    w2 = (w * a.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+    w2 = _scaled(w, a.reshape((-1,) + (1,) * (w.ndim - 1)))
     b2 = (b * a + shift).astype(w.dtype)
     return replace(node, inputs=(node.inputs[0], ctx.add_initializer(node.inputs[1], w2),
                                  ctx.add_initializer(node.inputs[1] + "_bias", b2)))
@@ -112,8 +119,8 @@ def _conv_transpose(ctx, node, a, mean, bias, shift):
     if b is None:
         return None
     k = w.shape[2:]
-    scaled = w.reshape(g, w.shape[0] // g, w.shape[1], *k) * a.reshape(g, 1, w.shape[1], *(1,) * len(k))
-    w2 = scaled.reshape(w.shape).astype(w.dtype)
+    w2 = _scaled(w.reshape(g, w.shape[0] // g, w.shape[1], *k), a.reshape(g, 1, w.shape[1], *(1,) * len(k)))
+    w2 = w2.reshape(w.shape)
     b2 = (b * a + shift).astype(w.dtype)
     return replace(node, inputs=(node.inputs[0], ctx.add_initializer(node.inputs[1], w2),
                                  ctx.add_initializer(node.inputs[1] + "_bias", b2)))
@@ -135,7 +142,7 @@ def _gemm(ctx, node, a, mean, bias, shift):
         c2 = (c.astype(np.float64) * beta) * a + shift        # broadcasts to (n,) or (M, n)
     else:
         c2 = shift
-    w2 = (w * (a[:, None] if trans_b else a[None, :])).astype(w.dtype)
+    w2 = _scaled(w, a[:, None] if trans_b else a[None, :])
     return replace(node, inputs=(node.inputs[0], ctx.add_initializer(node.inputs[1], w2),
                                  ctx.add_initializer(node.inputs[1] + "_bias", c2.astype(w.dtype))),
                    attrs={**node.attrs, "beta": 1.0})
@@ -147,7 +154,7 @@ def _matmul(ctx, node, a, mean, bias, shift):
     w = _weights(ctx, node.inputs[1], 2)
     if w is None or w.shape[1] != len(a):
         return None
-    w2 = (w * a[None, :]).astype(w.dtype)
+    w2 = _scaled(w, a[None, :])
     return ctx.fused_node(node, "MatMul", (node.inputs[0], ctx.add_initializer(node.inputs[1], w2),
                                            ctx.add_initializer(node.inputs[1] + "_bias", shift.astype(w.dtype))),
                           node.outputs, {})
