@@ -29,6 +29,18 @@ def read_expected_failures(path: Path = EXPECTED_FAILURES) -> list[tuple[re.Patt
     return entries
 
 
+@pytest.fixture(autouse=True)
+def _native_blas_for_the_real_models(request, monkeypatch):
+    """The official real-model tests run with OpenBLAS's own threads whatever the machine's load. Under
+    load the auto policy switches to "split" mode, whose OpenBLAS calls (one thread, blocks of the
+    product) may round the first Conv of the light squeezenet 1 ulp differently (1.2e-7, measured);
+    that model's constant weights give logits near 1e10, so its softmax output then changes
+    entirely and test_squeezenet_cpu failed whenever the machine was busy (both modes are right)."""
+    if request.node.path.name.startswith("test_onnx_backend") and "RealModel" in request.node.nodeid:
+        from onnx_mini import blas
+        monkeypatch.setattr(blas, "POLICY", "native")
+
+
 def pytest_collection_modifyitems(config, items):
     backend = [it for it in items if it.path.name == BACKEND_MODULE]
     # The suite generates a CUDA twin of every test; onnx_mini is CPU-only, so those are deselected.
