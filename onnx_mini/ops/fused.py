@@ -17,9 +17,9 @@ import numpy as np
 
 from ..errors import InvalidValueError
 from ..registry import kernel
-from ._common import UPCAST, with_scalar
+from ._common import UPCAST, broadcasts_to, with_scalar
 from .math.activations import gelu_20, swish_24
-from .math.matmul import gemm_11, matmul_1
+from .math.matmul import gemm_11, matmul, matmul_1
 from .math.softmax import SOFTMAX_VIA_F32, along_axis, softmax
 from .nn.conv import Convolution
 from .nn.normalization import layer_normalization_17
@@ -64,29 +64,39 @@ def _activation(name: str, params):
         return hard
     if name == "Swish":      # x * sigmoid(x): SiLU recognised by the optimiser
         def swish(y):
-            t = y.copy()
-            _sigmoid_inplace(t)
+            t = np.negative(y)
+            _sigmoid_of_negated(t)
             y *= t
         return swish
     raise ValueError(f"unknown fused activation {name!r}")
 
 
 def _sigmoid_inplace(y):
-    with np.errstate(over="ignore"):      # exp(-y) is inf for very negative y: 1 / (1 + inf) = 0
-        np.negative(y, out=y)
-        np.exp(y, out=y)
-    y += 1
-    np.reciprocal(y, out=y)
+    np.negative(y, out=y)
+    _sigmoid_of_negated(y)
+
+
+def _sigmoid_of_negated(t):
+    """t = -y becomes sigmoid(y) = 1 / (1 + exp(t)), in place."""
+    # exp(t) is inf for t > 88.7 (float32): 1 / (1 + inf) = 0, without a warning. errstate is the
+    # one per-call cost kept (~1.2 us here): the warning-free forms measured slower on 64 values (the
+    # Sigmoid kernel's exp(-|y|) form and its masks: 5.2 against 3.8 us) or change results (t
+    # clamped to 88.7: 3e-39 instead of 0 for y below -88.7; 0.5 + 0.5 tanh(y / 2): the tail)
+    with np.errstate(over="ignore"):
+        np.exp(t, out=t)
+    t += 1
+    np.reciprocal(t, out=t)
 
 
 def _finisher(activation: str, params):
-    """-> finish(y, *inputs): y with the activation applied, in place when y is our own buffer."""
+    """-> finish(y, inputs): y with the activation applied, in place when y is our own buffer (checked
+    against the step's inputs; inputs None: y is known to be a fresh buffer)."""
     if not activation:
         return None
     act = _activation(activation, params)
     ints_ok = activation in ("Relu", "Clip")
 
-    def finish(y, *inputs):
+    def finish(y, inputs):
         dt = y.dtype
         if dt in UPCAST:
             t = y.astype(np.float32)
@@ -94,19 +104,47 @@ def _finisher(activation: str, params):
             return t.astype(dt)
         if dt not in _INPLACE and not (ints_ok and dt.kind in "iu"):
             raise ValueError(f"activation {activation} is not defined for {dt}")
-        if not y.flags.writeable or any(np.may_share_memory(y, i) for i in inputs if isinstance(i, np.ndarray)):
+        if inputs is not None and not _own(y, inputs):
             y = y.copy()
         act(y)
         return y
     return finish
 
 
+def _own(y: np.ndarray, inputs) -> bool:
+    """Whether y is a buffer the step may write: writeable and no input's memory. A fresh product
+    owns its memory (base None): only the identity with an input is left to rule out, which costs
+    nothing next to np.may_share_memory (~0.3 us an input)."""
+    if not y.flags.writeable:
+        return False
+    if y.base is None:
+        for i in inputs:
+            if i is y:
+                return False
+        return True
+    for i in inputs:
+        if isinstance(i, np.ndarray) and np.may_share_memory(y, i):
+            return False
+    return True
+
+
+def _fits(shape: tuple, target: tuple) -> bool:
+    """broadcasts_to with the cases every call meets first decided without np.broadcast_shapes
+    (~3.4 us here): the same shape, or the target's trailing dimensions (a bias)."""
+    return shape == target[len(target) - len(shape):] or broadcasts_to(shape, target)
+
+
 def _with(fn, finish):
+    """fn, then finish on its result; fixed arities (2 to 4 inputs) keep CPython's fast call path."""
     if finish is None:
         return fn
 
-    def run(*args):
-        return finish(fn(*args), *args)
+    def run(a, b, c=None, d=None):
+        if d is not None:
+            return finish(fn(a, b, c, d), (a, b, c, d))
+        if c is not None:
+            return finish(fn(a, b, c), (a, b, c))
+        return finish(fn(a, b), (a, b))
     return run
 
 
@@ -129,7 +167,7 @@ def fused_conv(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
     def run(x, w, b=None, z=None):
         y = convolution(x, w, b)
         if z is not None:
-            y = _add_into(y, z, x, w, b)
+            y = _add_into(y, z, (x, w, b, z))
         return y
     general = _with(run, _finisher(activation, activation_params))
 
@@ -145,7 +183,7 @@ def fused_conv(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
             if z is not None:
                 part = z[i0:i1] if whole else z
                 if part.shape != y.shape and (part.shape[0] not in (1, y.shape[0])
-                                              or np.broadcast_shapes(y.shape, part.shape) != y.shape):
+                                              or not _fits(part.shape, y.shape)):
                     raise _Elsewhere      # the sum is larger than the convolution's output
                 y += part
             if act is not None:
@@ -190,13 +228,13 @@ class _Elsewhere(Exception):
     """The fused epilogue cannot run image by image: run the general path instead."""
 
 
-def _add_into(y, z, *inputs):
-    """y + z, written into y when y is our own buffer of the result's shape and type."""
+def _add_into(y, z, inputs):
+    """y + z, written into y when y is our own buffer of the result's shape and type (inputs: the
+    step's inputs, z among them). The result is always a buffer of the step's own."""
     if z.dtype != y.dtype:
         raise InvalidValueError(f"the added input ({z.dtype}) must have the product's type ({y.dtype})")
-    if (y.flags.writeable and np.broadcast_shapes(y.shape, z.shape) == y.shape
-            and not any(np.may_share_memory(y, i) for i in (*inputs, z) if isinstance(i, np.ndarray))):
-        y += z
+    if _fits(z.shape, y.shape) and _own(y, inputs):
+        np.add(y, z, out=y)
         return y
     return np.asarray(y + z)
 
@@ -209,15 +247,30 @@ def fused_gemm(*, alpha=1.0, beta=1.0, transA=0, transB=0, activation="", activa
 
 
 @kernel("MatMul", since=1, domain=FUSED_DOMAIN, multi_output=False, heavy=True)
-def fused_matmul(*, activation="", activation_params=()):
+def fused_matmul(*, activation="", activation_params=(), _constants=None):
     """MatMul, plus a bias (an Add folded in: numpy broadcasting, in place when it keeps the product's
     shape), then the activation in place."""
     mm = matmul_1()
+    finish = _finisher(activation, activation_params)
+    bias_c = (_constants or {}).get(2)
+    # a constant 1-D bias as a row: adding it to a 2-D product skips numpy's broadcasting set-up
+    # (np.add [1, 64] + [64]: 1.24 us, + [1, 64]: 0.48 us here)
+    row = bias_c.reshape(1, -1) if bias_c is not None and bias_c.ndim == 1 else None
 
-    def run(a, b, bias=None):
+    def biased(a, b, bias):
         y = mm(a, b)
-        return y if bias is None else _add_into(y, bias, a, b)
-    return _with(run, _finisher(activation, activation_params))
+        return _add_into(y, row if bias is bias_c and row is not None and y.ndim == 2 else bias, (a, b, bias))
+
+    if finish is None:
+        def run(a, b, bias=None):
+            return mm(a, b) if bias is None else biased(a, b, bias)
+        return run
+
+    def run_act(a, b, bias=None):
+        if bias is None:
+            return finish(mm(a, b), (a, b))
+        return finish(biased(a, b, bias), None)     # the sum is our own buffer
+    return run_act
 
 
 @kernel("Swish", since=1, domain=FUSED_DOMAIN, multi_output=False, rank="first")
@@ -266,8 +319,15 @@ def fused_attention(*, scale=1.0, divide=0, transpose_k=0):
     mm = matmul_1()
 
     def run(q, k, v, mask=None):
-        scores = mm(q, k.swapaxes(-1, -2) if transpose_k else k)
-        dt = scores.dtype
+        if transpose_k:
+            k = k.swapaxes(-1, -2)
+        dt = q.dtype
+        checked = dt in _INPLACE and k.dtype == dt and v.dtype == dt and q.ndim > 1 and k.ndim > 1
+        if checked:         # MatMul's products without its kernel's per-call type checks, done here once
+            scores = matmul(q, k, "Attention")
+        else:
+            scores = mm(q, k)
+            dt = scores.dtype
         if dt not in _INPLACE:
             scores = scores / dt.type(c) if divide else scores * dt.type(c)
             if mask is not None:
@@ -278,7 +338,7 @@ def fused_attention(*, scale=1.0, divide=0, transpose_k=0):
         elif c != 1.0:
             scores *= dt.type(c)
         if mask is not None:
-            if mask.dtype == dt and np.broadcast_shapes(scores.shape, mask.shape) == scores.shape:
+            if mask.dtype == dt and _fits(mask.shape, scores.shape):
                 scores += mask
             else:
                 scores = np.asarray(scores + mask)
@@ -286,7 +346,7 @@ def fused_attention(*, scale=1.0, divide=0, transpose_k=0):
             scores -= scores.max(axis=-1, keepdims=True)
             np.exp(scores, out=scores)
             scores /= scores.sum(axis=-1, keepdims=True)
-        return mm(scores, v)
+        return matmul(scores, v, "Attention") if checked else mm(scores, v)
     return run
 
 
@@ -304,5 +364,5 @@ def fused_channel_affine(*, activation="", activation_params=()):
         y = np.multiply(x.astype(np.float32) if x.dtype in UPCAST else x, a.reshape(shape))
         y += b.reshape(shape)
         y = y.astype(x.dtype, copy=False)
-        return y if finish is None else finish(y)
+        return y if finish is None else finish(y, None)      # y is a fresh buffer
     return run

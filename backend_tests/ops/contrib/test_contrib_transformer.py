@@ -644,7 +644,7 @@ GN, GK, GH = 4, 2, 16                # query heads, kv heads, head size (onnxrun
 
 
 def gqa_ref(q, k, v, pk, pv, lens, s, first_prompt, window=-1, scale=None, softcap=0.0, sink=None,
-            cos=None, sin=None, interleaved=False):
+            cos=None, sin=None, interleaved=False, bias=None):
     """Per batch: positions past_b + i, keys [0, lens[b] + 1), causal and local window; present rows."""
     b = q.shape[0]
     Q, K, V = heads(q.astype(np.float64), GN), heads(k.astype(np.float64), GK), heads(v.astype(np.float64), GK)
@@ -665,6 +665,9 @@ def gqa_ref(q, k, v, pk, pv, lens, s, first_prompt, window=-1, scale=None, softc
         sc = qi @ kk.swapaxes(-1, -2) * (1 / math.sqrt(GH) if scale is None else scale)
         if softcap:
             sc = softcap * np.tanh(sc / softcap)
+        if bias is not None:                       # attention_bias: columns are absolute key positions
+            w = min(rows, bias.shape[-1])
+            sc[..., :w] = sc[..., :w] + bias[min(i, bias.shape[0] - 1)][..., :w]
         j = np.arange(rows)[None, :]
         ok = (j < tot) & (j <= pos[:, None])
         if window > 0:
@@ -689,14 +692,18 @@ def _gqa(s, past_len, lens, seed=0, **attrs):
 
 
 @pytest.mark.parametrize("case", ["prompt", "prompt_padded", "prompt_in_buffer", "decode", "window", "softcap_scale",
-                                  "packed"])
+                                  "packed", "decode_uniform", "decode_in_larger_buffer", "prompt_in_buffer_uniform"])
 def test_group_query_attention(case):
     attrs = dict(num_heads=GN, kv_num_heads=GK)
     if case in ("prompt", "prompt_padded"):
         inputs = _gqa(3, 0, [2, 2] if case == "prompt" else [2, 1])
-    elif case == "prompt_in_buffer":              # total_sequence_length == sequence_length: a first prompt
-        inputs = _gqa(3, 4, [2, 1])
+    elif case.startswith("prompt_in_buffer"):     # total_sequence_length == sequence_length: a first prompt
+        inputs = _gqa(3, 4, [2, 2] if case.endswith("uniform") else [2, 1])
         inputs[6] = np.array(3, np.int32)
+    elif case == "decode_uniform":                # every batch at one position: the cache copied by slices
+        inputs = _gqa(1, 5, [5, 5])
+    elif case == "decode_in_larger_buffer":       # 8 cache rows, 6 used: rows 6 and 7 stay zero and unread
+        inputs = _gqa(1, 8, [5, 5])
     else:
         inputs = _gqa(1, 5, [5, 3])
     if case == "window":
@@ -716,17 +723,21 @@ def test_group_query_attention(case):
 
 
 @pytest.mark.parametrize("interleaved", [0, 1])
-def test_group_query_attention_rotary(interleaved):
+@pytest.mark.parametrize("packed", [0, 1])
+def test_group_query_attention_rotary(interleaved, packed):
     inputs = _gqa(2, 4, [5, 4], seed=20)
     ang = np.arange(16)[:, None] * 10000.0 ** (-np.arange(0, GH, 2) / GH)
     cos, sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
     q, k, v, pk, pv, lens, total = inputs
     attrs = dict(num_heads=GN, kv_num_heads=GK, do_rotary=1, rotary_interleaved=interleaved)
-    got = ms("GroupQueryAttention", inputs + [cos, sin], 3, **attrs)
+    fed = [np.concatenate([q, k, v], -1), None, None] + inputs[3:] if packed else inputs   # packed: one rotation
+    got = ms("GroupQueryAttention", fed + [cos, sin], 3, **attrs)
     ref = gqa_ref(q, k, v, pk, pv, lens, 2, False, cos=cos.astype(np.float64), sin=sin.astype(np.float64),
                   interleaved=bool(interleaved))
     for a, r in zip(got, ref):
         close(a, r, tol=1e-5)
+    if packed:
+        return
     one = [x[:1] for x in inputs[:6]] + [inputs[6], cos, sin]   # onnxruntime: batch 1 when seq > 1 with past
     got = ms("GroupQueryAttention", one, 3, **attrs)
     agree(got, "GroupQueryAttention", one, 3, **attrs)
@@ -1045,6 +1056,69 @@ def test_group_query_attention_prompt_position_ids_first_element_only():
     for a, r in zip(got, ref):
         close(a, r, tol=1e-5)
     agree(got, "GroupQueryAttention", inputs + [cos, sin, pids], 3, **attrs)
+
+
+@pytest.mark.parametrize("n_outputs", [3, 4])
+def test_group_query_attention_bias_with_a_larger_cache(n_outputs):
+    """attention_bias (columns: absolute key positions, total_sequence_length of them) with a cache of 8
+    rows of which at most 6 are used: the attention reads the first columns; with output_qk every row."""
+    inputs = _gqa(1, 8, [5, 3], seed=40)
+    q, k, v, pk, pv, lens, total = inputs
+    bias = rnd((B, GN, 1, int(total)), 41)
+    attrs = dict(num_heads=GN, kv_num_heads=GK, qk_output=1 if n_outputs == 4 else 0)
+    got = ms("GroupQueryAttention", inputs + [None] * 3 + [bias], n_outputs, **attrs)
+    ref = gqa_ref(q, k, v, pk, pv, lens, 1, False, bias=bias.astype(np.float64))
+    for a, r in zip(got, ref):
+        close(a, r, tol=1e-5)
+    if n_outputs == 4:
+        assert got[3].shape == (B, GN, 1, 8)
+
+
+def test_group_query_attention_rotary_positions_past_the_cache():
+    """New tokens at positions 5 and 6 (or position_ids 9) against a cos/sin cache of 6 rows: a clear error."""
+    inputs = _gqa(2, 5, [6, 5], seed=20)
+    ang = np.arange(6)[:, None] * 10000.0 ** (-np.arange(0, GH, 2) / GH)
+    cos, sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+    attrs = dict(num_heads=GN, kv_num_heads=GK, do_rotary=1)
+    with raises_naming_node(KernelError, "positions up to 6 exceed the 6 rows of cos_cache"):
+        ms("GroupQueryAttention", inputs + [cos, sin], 3, **attrs)
+    pids = np.array([[2, 3], [9, 1]], np.int64)
+    with raises_naming_node(KernelError, "positions up to 9 exceed the 6 rows of cos_cache"):
+        ms("GroupQueryAttention", inputs + [cos, sin, pids], 3, **attrs)
+
+
+def test_group_query_attention_constant_caches_across_threads():
+    """cos/sin caches as initializers: the rotation is made once at prepare (here a partial one, rotary dim
+    GH / 2) and a prepared model runs from several threads at once; each result equals the one-node run
+    with the caches fed (the rotation made per call)."""
+    from concurrent.futures import ThreadPoolExecutor
+    ang = np.arange(16)[:, None] * 10000.0 ** (-np.arange(0, GH // 2, 2) / (GH // 2))
+    cos, sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+    node = helper.make_node("GroupQueryAttention", ["qkv", "", "", "pk", "pv", "lens", "total", "cos", "sin"],
+                            ["y", "k_out", "v_out"], domain=MS, num_heads=GN, kv_num_heads=GK, do_rotary=1)
+    F, I = TensorProto.FLOAT, TensorProto.INT32
+    graph = helper.make_graph(
+        [node], "gqa", [helper.make_tensor_value_info("qkv", F, [B, 1, (GN + 2 * GK) * GH]),
+                        helper.make_tensor_value_info("pk", F, [B, GK, 5, GH]),
+                        helper.make_tensor_value_info("pv", F, [B, GK, 5, GH]),
+                        helper.make_tensor_value_info("lens", I, [B]), helper.make_tensor_value_info("total", I, [])],
+        [helper.make_tensor_value_info(n, F, None) for n in ("y", "k_out", "v_out")],
+        [helper.make_tensor("cos", F, cos.shape, cos.ravel()), helper.make_tensor("sin", F, sin.shape, sin.ravel())])
+    model = onnx_mini.prepare(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                                      helper.make_opsetid(MS, 1)], ir_version=9))
+    cases = []
+    for seed, lens in enumerate(([5, 5], [5, 3], [4, 2], [3, 5])):
+        q, k, v, pk, pv, ln, total = _gqa(1, 5, lens, seed=30 + 5 * seed)
+        feeds = {"qkv": np.concatenate([q, k, v], -1), "pk": pk, "pv": pv, "lens": ln, "total": total}
+        want = ms("GroupQueryAttention", [feeds["qkv"], None, None, pk, pv, ln, total, cos, sin], 3,
+                  num_heads=GN, kv_num_heads=GK, do_rotary=1)
+        cases.append((feeds, want))
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda c: [model.run(c[0]) for _ in range(20)], cases))
+    for (_, want), runs in zip(cases, results):
+        for got in runs:
+            for a, w in zip(got, want):
+                np.testing.assert_array_equal(a, w)
 
 
 def test_decoder_layer_end_to_end():

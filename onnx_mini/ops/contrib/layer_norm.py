@@ -53,12 +53,26 @@ def skip_layer_normalization_1(*, epsilon=1e-12, _n_outputs=1):
         s = _skip_sum(input, skip, bias, ct)
         mean, d, var = _moments(s, (s.ndim - 1,))
         inv = 1 / np.sqrt(var + ct.type(eps))
-        y = d * inv * _f(gamma, ct)
+        y = d                                  # d is _moments' own buffer: scaled and shifted in place
+        y *= inv
+        y *= _f(gamma, ct)
         if beta is not None:
             y += _f(beta, ct)
-        outs = (y.astype(dt), mean.astype(F32), inv.astype(F32), s.astype(dt))
-        return outs[:_n_outputs]
+        return _outputs(_n_outputs, y, dt, lambda: mean, inv, s)
     return run
+
+
+def _outputs(n_outputs: int, y, dt, mean, inv, s) -> tuple:
+    """(output, mean, inv_std_var, input_skip_bias_sum)[:n_outputs], each made only when asked for
+    (mean: a function); y and s are fresh buffers, so they are cast without a copy when of type dt."""
+    outs = (y.astype(dt, copy=False),)
+    if n_outputs > 1:
+        outs += (mean().astype(F32, copy=False),)
+    if n_outputs > 2:
+        outs += (inv.astype(F32, copy=False),)
+    if n_outputs > 3:
+        outs += (s.astype(dt, copy=False),)
+    return outs
 
 
 @kernel("SkipSimplifiedLayerNormalization", since=1, domain=MS, multi_output=True)
@@ -76,10 +90,11 @@ def skip_simplified_layer_normalization_1(*, epsilon=1e-12, _n_outputs=1):
         _vector(bias, hidden, "bias")
         ct = _ct(dt)
         s = _skip_sum(input, skip, bias, ct)
-        inv = 1 / np.sqrt(np.mean(s * s, axis=-1, keepdims=True) + ct.type(eps))
-        y = s * inv * _f(gamma, ct)
-        outs = (y.astype(dt), np.zeros(inv.shape, F32), inv.astype(F32), s.astype(dt))
-        return outs[:_n_outputs]
+        sq = s * s      # np.add.reduce / n is np.mean's own arithmetic, without its Python layer
+        inv = 1 / np.sqrt(np.add.reduce(sq, axis=-1, keepdims=True) / max(s.shape[-1], 1) + ct.type(eps))
+        y = np.multiply(s, inv, out=sq)
+        y *= _f(gamma, ct)
+        return _outputs(_n_outputs, y, dt, lambda: np.zeros(inv.shape, F32), inv, s)
     return run
 
 

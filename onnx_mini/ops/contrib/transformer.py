@@ -57,6 +57,7 @@ from ... import blas
 from ...errors import InvalidValueError
 from ...registry import kernel
 from .._common import UPCAST, broadcasts_to
+from ..math.softmax import softmax
 from ..nn.attention import _softmax, rotary_embedding_23
 from ..nn._common import text
 
@@ -101,8 +102,10 @@ def _scores(q: np.ndarray, k: np.ndarray, scale: float) -> np.ndarray:
     if nk == 0 or n % nk or k.shape[0] != b or k.shape[3] != d:
         raise InvalidValueError(f"query {list(q.shape)} and key {list(k.shape)} (batch, heads, seq, head_size) do "
                                 "not agree on batch, head size or head grouping")
-    qs = q * q.dtype.type(scale)
-    return blas.matmul(qs.reshape(b, nk, n // nk, s, d), k[:, :, None].swapaxes(-1, -2)).reshape(b, n, s, t)
+    # a group's query heads as the rows of one product per kv head (b * nk BLAS calls, not one per
+    # query head); the scaled queries written in that order at once (q is often a transposed view)
+    qs = np.multiply(q, q.dtype.type(scale), out=np.empty(q.shape, q.dtype))
+    return blas.matmul(qs.reshape(b, nk, n // nk * s, d), k.swapaxes(-1, -2)).reshape(b, n, s, t)
 
 
 def _mix(probs: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -112,7 +115,7 @@ def _mix(probs: np.ndarray, v: np.ndarray) -> np.ndarray:
     if v.shape[0] != b or v.shape[2] != t or n % nk:
         raise InvalidValueError(f"value {list(v.shape)} does not match the keys (batch {b}, {t} positions) or "
                                 f"the head grouping ({n} query heads)")
-    return blas.matmul(probs.reshape(b, nk, n // nk, s, t), v[:, :, None]).reshape(b, n, s, v.shape[3])
+    return blas.matmul(probs.reshape(b, nk, n // nk * s, t), v).reshape(b, n, s, v.shape[3])
 
 
 def _check_bias(bias: np.ndarray, shape: tuple, what: str) -> None:
@@ -204,19 +207,22 @@ def _write_rows(buffer: np.ndarray, new: np.ndarray, start) -> np.ndarray:
     return out
 
 
-def _rotary(interleaved: int, rotary_dim: int, cache: dict):
+def _rotary(interleaved: int, rotary_dim: int):
     """The standard RotaryEmbedding-23 function for (batch, heads, seq, size) inputs and per-position
-    caches (batch, seq, rotary_dim / 2), one per rotary_dim."""
-    if rotary_dim not in cache:
-        cache[rotary_dim] = rotary_embedding_23(interleaved=interleaved, rotary_embedding_dim=rotary_dim)
-    return cache[rotary_dim]
+    caches (batch, seq, rotary_dim / 2). Made where rotary_dim is known (the factory, for a constant
+    cos cache; else the call: the factory only checks its attributes), never kept in a cache shared
+    by concurrent runs."""
+    return rotary_embedding_23(interleaved=interleaved, rotary_embedding_dim=rotary_dim)
 
 
-def _gather_cache(cache: np.ndarray, pos: np.ndarray, what: str) -> np.ndarray:
+def _gather_cache(cache: np.ndarray, pos: np.ndarray, what: str, bounds=None) -> np.ndarray:
+    """cache's rows at pos; bounds: (lowest, highest) position when the caller knows them."""
     if cache.ndim != 2:
         raise InvalidValueError(f"{what} must be 2-D (max_sequence, rotary_dim / 2), got {list(cache.shape)}")
-    if pos.size and (pos.min() < 0 or pos.max() >= cache.shape[0]):
-        raise InvalidValueError(f"positions up to {int(pos.max())} exceed the {cache.shape[0]} rows of {what}")
+    if pos.size:
+        lo, hi = bounds if bounds is not None else (int(pos.min()), int(pos.max()))
+        if lo < 0 or hi >= cache.shape[0]:
+            raise InvalidValueError(f"positions up to {hi} exceed the {cache.shape[0]} rows of {what}")
     return cache[pos]
 
 
@@ -240,7 +246,6 @@ def attention_1(*, num_heads, do_rotary=0, mask_filter_value=-10000.0, past_pres
         raise ValueError(f"qkv_hidden_sizes must be 3 positive multiples of num_heads ({num_heads}) with equal Q "
                          f"and K sizes, got {sizes}")
     fill = float(mask_filter_value)
-    rot_cache: dict = {}
 
     def run(input, weights, bias=None, mask_index=None, past=None, attention_bias=None, past_sequence_length=None):
         dt = input.dtype
@@ -287,7 +292,7 @@ def attention_1(*, num_heads, do_rotary=0, mask_filter_value=-10000.0, past_pres
             angles = pos[:, None] * (10000.0 ** (-np.arange(0, rd, 2) / rd))[None, :]
             cos = np.broadcast_to(np.cos(angles).astype(ct), (b, s, rd // 2))
             sin = np.broadcast_to(np.sin(angles).astype(ct), (b, s, rd // 2))
-            rot = _rotary(0, rd, rot_cache)
+            rot = _rotary(0, rd)
             q, k = rot(q, cos, sin), rot(k, cos, sin)
 
         present = None
@@ -305,10 +310,10 @@ def attention_1(*, num_heads, do_rotary=0, mask_filter_value=-10000.0, past_pres
 
         y, _ = _masked_attention(q, k, v, ct, _scale(scale, head), mask_index, "mask_index", n_past, fill,
                                  unidirectional, attention_bias)
-        y = y.astype(dt)
+        y = y.astype(dt, copy=False)                  # a fresh buffer of its own
         if _n_outputs == 1:
             return (y,)
-        return (y, present.astype(dt))
+        return (y, present.astype(dt, copy=False))       # np.stack: fresh as well
     return run
 
 
@@ -416,7 +421,7 @@ def multi_head_attention_1(*, num_heads, mask_filter_value=-10000.0, scale=None,
             present = (k, v)
         y, qk = _masked_attention(q, k, v, ct, _scale(scale, head), key_padding_mask, "key_padding_mask", n_past,
                                   fill, unidirectional, attention_bias, keep_scores=_n_outputs >= 4)
-        y = y.astype(dt)
+        y = y.astype(dt, copy=False)                  # a fresh buffer of its own
         outs = (y, present[0].astype(dt), present[1].astype(dt)) + ((qk.astype(dt),) if qk is not None else ())
         return outs[:_n_outputs]
     return run
@@ -483,7 +488,7 @@ class _KvCache:
 
     def quantize(self, x, scale, cache_dt):
         if self.quant == "NONE":
-            return x.astype(cache_dt)
+            return x.astype(cache_dt, copy=False)     # only read: copied into the present cache
         y = x / _f(scale, x.dtype).reshape((1,) * 4 if scale.size == 1 else scale.shape)
         if cache_dt == F8:
             return y.astype(F8)
@@ -493,6 +498,27 @@ class _KvCache:
             nib = (np.clip(np.rint(y), -8, 7) + 8).astype(np.uint8)
             return nib[..., 0::2] | (nib[..., 1::2] << 4)
         return np.clip(np.rint(y), -128, 127).astype(np.int8)
+
+
+def _full_cache(past, new: np.ndarray, start, rows: int) -> np.ndarray:
+    """GroupQueryAttention's present cache (batch, kv_heads, rows, size): past rows [0, start_b), the
+    new rows at [start_b, start_b + n), zeros after; start: one int for the whole batch, or one per
+    batch (start_b + n <= rows, start_b <= past's rows: checked by the caller)."""
+    b, nk, n, d = new.shape
+    if isinstance(start, int):               # one start for the whole batch: slice copies
+        out = np.empty((b, nk, rows, d), new.dtype)
+        if start:
+            out[:, :, :start] = past[:, :, :start]
+        out[:, :, start:start + n] = new
+        if start + n < rows:
+            out[:, :, start + n:] = 0
+        return out
+    buf = np.zeros((b, nk, rows, d), new.dtype)
+    if past is not None and past.shape[2]:
+        n_buf = past.shape[2]
+        keep = (np.arange(n_buf)[None, :] < start[:, None])[:, None, :, None]
+        buf[:, :, :n_buf] = np.where(keep, past, np.zeros((), new.dtype))
+    return _write_rows(buf, new, start)
 
 
 def _resident(t: np.ndarray, capacity: int, window: int) -> np.ndarray:
@@ -539,7 +565,7 @@ def _window_cache(past_key, past_value, news, start, tot, s: int, window: int):
 def group_query_attention_1(*, num_heads, kv_num_heads, causal=1, do_rotary=0, k_quant_type="NONE",
                             kv_cache_bit_width=0, local_window_size=-1, qk_norm_epsilon=1e-6, qk_output=0,
                             rotary_interleaved=0, scale=None, sliding_window_cache=0, smooth_softmax=-1,
-                            softcap=0.0, v_quant_type="NONE", _n_outputs=1):
+                            softcap=0.0, v_quant_type="NONE", _n_outputs=1, _constants=None):
     if num_heads <= 0 or kv_num_heads <= 0 or num_heads % kv_num_heads:
         raise ValueError(f"num_heads ({num_heads}) must be a positive multiple of kv_num_heads ({kv_num_heads})")
     k_cache, v_cache = _KvCache(k_quant_type, kv_cache_bit_width, "k"), _KvCache(v_quant_type, kv_cache_bit_width, "v")
@@ -556,7 +582,10 @@ def group_query_attention_1(*, num_heads, kv_num_heads, causal=1, do_rotary=0, k
     n, nk = num_heads, kv_num_heads
     cap = float(softcap or 0.0)
     smooth = smooth_softmax == 1
-    rot_cache: dict = {}
+    # the rotation made once when the cos cache is a constant (its width is the rotary dim)
+    cos_c = (_constants or {}).get(7)
+    rot_c = _rotary(rotary_interleaved, 2 * cos_c.shape[-1]) if do_rotary and cos_c is not None and cos_c.ndim == 2 \
+        else None
 
     def run(query, key=None, value=None, past_key=None, past_value=None, seqlens_k=None, total_sequence_length=None,
             cos_cache=None, sin_cache=None, position_ids=None, attention_bias=None, head_sink=None, k_scale=None,
@@ -613,7 +642,10 @@ def group_query_attention_1(*, num_heads, kv_num_heads, causal=1, do_rotary=0, k
         first_prompt = total == s                                     # (whatever the past buffer holds)
         tot_b = lens + 1
         past_b = np.zeros(b, np.int64) if first_prompt else tot_b - s
-        if lens.size and (tot_b.max() > total or past_b.min() < 0 or (past_b.max() > n_buf and not sliding)):
+        # the batch's extremes once, as ints (a numpy reduction of a few values costs ~1.5 us)
+        p_lo, p_hi, t_lo, t_hi = (int(past_b.min()), int(past_b.max()), int(tot_b.min()), int(tot_b.max())) \
+            if b else (0, 0, 0, 0)
+        if t_hi > total or p_lo < 0 or (p_hi > n_buf and not sliding):
             raise InvalidValueError(f"seqlens_k {lens.tolist()} do not fit sequence length {s}, past length {n_buf} "
                                     f"and total_sequence_length {total}")
         pos = past_b[:, None] + np.arange(s)                          # (batch, seq) positions of the new tokens
@@ -628,8 +660,9 @@ def group_query_attention_1(*, num_heads, kv_num_heads, causal=1, do_rotary=0, k
         if do_rotary:
             if cos_cache is None or sin_cache is None:
                 raise InvalidValueError("do_rotary needs cos_cache and sin_cache")
+            bounds = None
             if position_ids is None:
-                p = pos
+                p, bounds = pos, (p_lo, p_hi + s - 1)
             elif first_prompt:     # the documented quirk: a first prompt reads position_ids' first element only
                 start = int(position_ids.reshape(-1)[0]) if position_ids.size else 0
                 p = np.broadcast_to(start + np.arange(s), (b, s))
@@ -639,10 +672,14 @@ def group_query_attention_1(*, num_heads, kv_num_heads, causal=1, do_rotary=0, k
                 p = np.broadcast_to(p, (b, s)) if p.size in (1, s) else None
             if p is None:
                 raise InvalidValueError(f"position_ids must have shape [{b}, {s}], got {list(position_ids.shape)}")
-            cos = _gather_cache(_f(cos_cache, ct), p, "cos_cache")
-            sin = _gather_cache(_f(sin_cache, ct), p, "sin_cache")
-            rot = _rotary(rotary_interleaved, 2 * cos.shape[-1], rot_cache)
-            q, k = rot(q, cos, sin), rot(k, cos, sin)
+            cos = _f(_gather_cache(cos_cache, p, "cos_cache", bounds), ct)      # the rows, then the compute type
+            sin = _f(_gather_cache(sin_cache, p, "sin_cache", bounds), ct)
+            rot = rot_c if cos_cache is cos_c else _rotary(rotary_interleaved, 2 * cos.shape[-1])
+            if key is None and q_norm_weight is None:     # packed: Q's and K's heads are adjacent, one rotation
+                qk = rot(_heads(qf[..., :(n + nk) * head], n + nk, "query"), cos, sin)
+                q, k = qk[:, :n], qk[:, n:]
+            else:
+                q, k = rot(q, cos, sin), rot(k, cos, sin)
 
         news = (k_cache.quantize(k, k_scale, k_dt), v_cache.quantize(v, v_scale, v_dt))
         if sliding:
@@ -650,24 +687,30 @@ def group_query_attention_1(*, num_heads, kv_num_heads, causal=1, do_rotary=0, k
                                                       local_window_size)
         else:                # the full cache: past rows [0, past_b), the new rows after them, zeros after those
             rows = max(n_buf, total)
-            stored = []
-            for past, new_q in zip((past_key, past_value), news):
-                buf = np.zeros((b, nk, rows, new_q.shape[3]), new_q.dtype)
-                if n_buf:
-                    keep = (np.arange(n_buf)[None, :] < past_b[:, None])[:, None, :, None]
-                    buf[:, :, :n_buf] = np.where(keep, past, np.zeros((), new_q.dtype))
-                stored.append(_write_rows(buf, new_q, past_b))
-            key_rows = stored
-            key_pos = np.broadcast_to(np.arange(rows), (b, rows))
+            start = p_lo if p_lo == p_hi else past_b
+            stored = [_full_cache(past, new_q, start, rows) for past, new_q in zip((past_key, past_value), news)]
+            # rows from the longest batch's total on are hidden from every query: not read (unless
+            # output_qk shows every row)
+            used = rows if _n_outputs >= 4 or not b else min(rows, max(t_hi, 1))
+            key_rows = [x[:, :, :used] for x in stored]
+            key_pos = np.arange(used)[None, :]
         keys = k_cache.dequantize(key_rows[0], k_scale, ct)          # what the attention reads
         values = v_cache.dequantize(key_rows[1], v_scale, ct)
 
-        kp = key_pos[:, None, :]                                      # absolute position of each key
-        allowed = (kp >= 0) & (kp < tot_b[:, None, None])             # (batch, seq, keys)
-        if causal:
-            allowed = allowed & (kp <= pos[:, :, None])
-        if local_window_size > 0:
-            allowed = allowed & (kp > pos[:, :, None] - local_window_size)
+        # every key read is visible to every query (one length for the batch, every row read within it,
+        # no window, and one new token or no causality: a decode step): no mask to make or apply
+        plain = (not sliding and p_lo == p_hi and t_lo == t_hi == used and local_window_size <= 0
+                 and (s == 1 or not causal))
+        allowed = None
+        if not plain:
+            kp = key_pos[:, None, :]                                  # absolute position of each key
+            allowed = kp < tot_b[:, None, None]                       # (batch, seq, keys)
+            if sliding:
+                allowed = allowed & (kp >= 0)                         # (-1: padding)
+            if causal:
+                allowed = allowed & (kp <= pos[:, :, None])
+            if local_window_size > 0:
+                allowed = allowed & (kp > pos[:, :, None] - local_window_size)
         scores = _scores(q, keys, _scale(scale, head))
         if cap:
             c = ct.type(cap)
@@ -680,14 +723,20 @@ def group_query_attention_1(*, num_heads, kv_num_heads, causal=1, do_rotary=0, k
                 raise InvalidValueError(f"attention_bias last dimension must be total_sequence_length ({total}), got "
                                         f"{list(attention_bias.shape)}")
             ab = _f(attention_bias, ct)
-            cols = np.clip(key_pos, 0, ab.shape[-1] - 1)[:, None, None, :]
-            ab = np.take_along_axis(np.broadcast_to(ab, (b,) + ab.shape[1:]), np.broadcast_to(
-                cols, (b, ab.shape[1], ab.shape[2], cols.shape[-1])), axis=-1)
+            if not sliding and scores.shape[-1] <= ab.shape[-1]:      # keys 0, 1, ...: the first columns
+                ab = ab[..., :scores.shape[-1]]
+            else:
+                cols = np.clip(key_pos, 0, ab.shape[-1] - 1)[:, None, None, :]
+                ab = np.take_along_axis(np.broadcast_to(ab, (b,) + ab.shape[1:]), np.broadcast_to(
+                    cols, (b, ab.shape[1], ab.shape[2], cols.shape[-1])), axis=-1)
             scores += ab
-        hidden = ~allowed[:, None]                                    # (batch, 1, seq, rows)
-        np.copyto(scores, ct.type(-np.inf), where=hidden)
+        hidden = None if allowed is None else ~allowed[:, None]       # (batch, 1, seq, rows)
+        if hidden is not None:
+            np.copyto(scores, ct.type(-np.inf), where=hidden)
         # qk_output=1: the scores before softmax, 0 at the keys a query cannot see (unspecified in onnxruntime)
-        qk = np.where(hidden, ct.type(0), scores) if qk_output == 1 and _n_outputs >= 4 else None
+        qk = None
+        if qk_output == 1 and _n_outputs >= 4:
+            qk = scores.copy() if hidden is None else np.where(hidden, ct.type(0), scores)
         if head_sink is not None or smooth:
             sink = np.zeros(n, ct) if head_sink is None else _f(head_sink, ct).reshape(-1)
             if sink.shape != (n,):
@@ -698,11 +747,13 @@ def group_query_attention_1(*, num_heads, kv_num_heads, causal=1, do_rotary=0, k
             np.exp(scores, out=scores)
             scores /= scores.sum(axis=-1, keepdims=True) + np.exp(sink - m)
             probs = scores
+        elif hidden is None:
+            probs = softmax(scores, 3)                                # no row can be all -inf
         else:
             probs = _softmax(scores, None, ct)
         if qk_output == 2 and _n_outputs >= 4:
             qk = probs.copy()
-        y = _merge(_mix(probs, values)).astype(dt)
+        y = _merge(_mix(probs, values)).astype(dt, copy=False)
         outs = (y, stored[0], stored[1])
         if _n_outputs >= 4:
             if qk is None:
@@ -726,7 +777,6 @@ def rotary_embedding_ms_1(*, interleaved=0, is_packed_batching=0, num_heads=0, r
         raise ValueError("rotary_embedding_dim needs num_heads")
     fixed = rotary_embedding_23(interleaved=interleaved, num_heads=num_heads or None,
                                 rotary_embedding_dim=rotary_embedding_dim)
-    by_heads: dict = {}
 
     def run(input, position_ids, cos_cache, sin_cache):
         _float_input(input, "input")
@@ -746,9 +796,7 @@ def rotary_embedding_ms_1(*, interleaved=0, is_packed_batching=0, num_heads=0, r
             if cos_cache.ndim != 2 or cos_cache.shape[1] == 0 or input.shape[2] % (2 * cos_cache.shape[1]):
                 raise InvalidValueError(f"hidden size {input.shape[2]} is not a multiple of the head size "
                                         f"2 * cos_cache.shape[1] (cos_cache {list(cos_cache.shape)})")
-            heads = input.shape[2] // (2 * cos_cache.shape[1])
-            if heads not in by_heads:
-                by_heads[heads] = rotary_embedding_23(interleaved=interleaved, num_heads=heads)
-            fn = by_heads[heads]
+            # made per call (the factory only checks its attributes): nothing shared between runs
+            fn = rotary_embedding_23(interleaved=interleaved, num_heads=input.shape[2] // (2 * cos_cache.shape[1]))
         return fn(input, cos_cache, sin_cache, pid)
     return run
