@@ -215,8 +215,10 @@ def own_threads():
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """np.matmul(a, b, out=out), split over the pool's threads when the product is large enough
     and runs inside during_run (float types only; anything else goes to np.matmul unchanged)."""
-    if (not _state.split or _state.runs == 0 or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype
-            or a.dtype not in _SPLIT_DTYPES or a.shape[-1] != b.shape[-2] or parallel.threads() < 2):
+    if (not _state.split or _state.runs == 0 or a.ndim < 2 or b.ndim < 2
+            or a.size * b.shape[-1] < 2 * MIN_PART_MACS     # (a lower bound of the MACs) too small to split
+            or a.dtype != b.dtype or a.dtype not in _SPLIT_DTYPES or a.shape[-1] != b.shape[-2]
+            or parallel.threads() < 2):
         return np.matmul(a, b, out=out)
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     if a.ndim > 2 and b.ndim == 2 and a.flags.c_contiguous:   # a stack of rows times one matrix
