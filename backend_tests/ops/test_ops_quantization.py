@@ -569,3 +569,54 @@ def test_dequantize_of_constant_weights_folds_at_prepare():
     x = np.ones((1, 4, 3, 3), F32)
     wf = (w.astype(F32) - wz.astype(F32).reshape(2, 1, 1, 1)) * ws.reshape(2, 1, 1, 1)
     np.testing.assert_allclose(rep.run([x])[0].reshape(2), wf.reshape(2, -1).sum(axis=1), rtol=1e-6)
+
+
+# -- constant scale and zero point: checked once, the same arithmetic ---------------------------------
+
+def run_with_constant_params(op, version, x, scale, zp, shortcut=True, **attrs):
+    """op on x with scale and zero point as initializers (a QDQ model's form); shortcut: whether the factory
+    made its function for constant parameters."""
+    node = helper.make_node(op, ["x", "s", "z"], ["y"], name=NODE, **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(x.dtype),
+                                                                          None)],
+                              [helper.make_empty_tensor_value_info("y")],
+                              [numpy_helper.from_array(scale, "s"), numpy_helper.from_array(zp, "z")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", version)], ir_version=10)
+    rep = onnx_mini.prepare(model)
+    assert (rep.plan.infos[0].kernel.__name__ == "run_constant") == shortcut
+    return rep.run([x])[0]
+
+
+@pytest.mark.parametrize("version", [10, 13, 19, 21, 23])
+@pytest.mark.parametrize("dtype,zp", [(np.uint8, 131), (np.uint8, 0), (np.int8, -3), (np.int16, 1000), (np.uint16, 7)])
+def test_quantize_with_constant_params_matches_the_formula(version, dtype, zp):
+    if version < 21 and dtype in (np.int16, np.uint16):
+        pytest.skip("16-bit outputs from version 21")
+    scale = F32(0.25)
+    x = np.concatenate([ties_and_extremes(4000, scale, seed=version), np.array([np.nan], F32)]).reshape(1, 4001)
+    got = run_with_constant_params("QuantizeLinear", version, x, np.array(scale), np.array(zp, dtype))
+    exp = np.append(spec_quantize(x[:, :-1], scale, zp, dtype), dtype(zp)).reshape(1, -1)   # NaN: the zero point
+    assert_same(got, exp)
+    assert_same(got, quantize(version, x, np.array(scale), np.array(zp, dtype)))
+
+
+@pytest.mark.parametrize("version", [10, 13, 21, 23])
+@pytest.mark.parametrize("dtype,zp", [(np.uint8, 131), (np.uint8, 0), (np.int8, -3)])
+def test_dequantize_with_constant_params_matches_the_formula(version, dtype, zp):
+    info = np.iinfo(dtype)
+    x = np.arange(info.min, info.max + 1).astype(dtype).reshape(1, 2, -1)
+    scale = F32(0.0173)
+    got = run_with_constant_params("DequantizeLinear", version, x, np.array(scale), np.array(zp, dtype))
+    assert_same(got, (x.astype(F32) - F32(zp)) * scale)
+
+
+def test_constant_params_keep_the_checks():
+    """Parameters the version rejects fail at run as when fed (here: float16 x against a float32 scale,
+    19+), and a float16 precision (23+) still divides in float16."""
+    x = np.array([1.0, 2.0], np.float16)
+    with pytest.raises(KernelError, match="same type"):
+        run_with_constant_params("QuantizeLinear", 19, x, np.array(1, F32), np.array(0, np.uint8))
+    x = np.array([1000.7], F32)       # 1000.7 / 3 in float16: 333.5 (a tie, to 334 even), 333.57 in float32
+    got = run_with_constant_params("QuantizeLinear", 23, x, np.array(3, F32), np.array(0, np.uint16),
+                                   shortcut=False, precision=T.FLOAT16)
+    assert_same(got, np.array([334], np.uint16))

@@ -16,6 +16,7 @@ from onnx import helper, numpy_helper
 
 import onnx_mini
 from onnx_mini.ops.math.matmul import F32_EXACT, int_matmul, integer_range
+from onnx_mini.ops.nn import conv_quantized
 
 from helpers import NODE, assert_same
 
@@ -315,3 +316,60 @@ def test_qlinear_conv_bias_counts_in_the_float32_bound(bias, expected):
               np.array(0, U8), np.array([bias], np.int32)]
     y = both("QLinearConv", inputs, {1, 2, 3, 4, 5, 6, 7, 8}, version=10)
     assert_same(y, np.full((1, 1, 1, 1), expected, U8))
+
+
+# -- QLinearConv's rescale in float32 where it is proven to give the float64 integers ----------------
+
+def near_tie_scale():
+    """(acc, w_scale): the first integer acc >= 10000 with w_scale = float32(100.5 / acc) putting acc * w_scale
+    just above the tie 100.5 (the exact product rounds to 101), where float32's product is 100.5 itself
+    (which rounds half to even to 100)."""
+    from fractions import Fraction
+    for acc in range(10_000, 40_000):
+        ws = F32(100.5 / acc)
+        if Fraction(acc) * Fraction(float(ws)) > Fraction(201, 2) and F32(acc) * ws == F32(100.5):
+            return acc, ws
+    raise AssertionError("no such scale")
+
+
+def one_by_one_conv_summing_to(acc):
+    """x (1, C, 1, 1) of uint8 values summing to acc, W of ones (1x1): the accumulator is acc."""
+    c = -(-acc // 255)
+    x = np.full((1, c, 1, 1), 255, U8)
+    x[0, -1] = acc - 255 * (c - 1)
+    return x, np.ones((1, c, 1, 1), I8)
+
+
+def test_qlinear_conv_float32_rescale_refused_where_it_would_round_otherwise():
+    acc, ws = near_tie_scale()
+    assert F32(acc) * ws == F32(100.5)                       # what a float32 rescale would round (to 100)
+    assert not conv_quantized._float32_rescale_is_exact(np.float64(ws), np.array(0, U8), acc)
+    x, w = one_by_one_conv_summing_to(acc)
+    inputs = [x, np.array(F32(1)), np.array(0, U8), w, np.array(ws), np.array(0, I8), np.array(F32(1)),
+              np.array(0, U8)]
+    y = both("QLinearConv", inputs, {1, 2, 3, 4, 5, 6, 7}, version=10)
+    assert_same(y, np.full((1, 1, 1, 1), 101, U8))            # round(acc * ws) of the real product
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_qlinear_conv_float32_rescale_where_proven(monkeypatch, per_channel):
+    """Scales of a quantize_static layer for which the proof holds (one channel of a near tie would send
+    the whole layer to float64): the float32 rescale runs, and the result is the integer definition's
+    (int64 sums, float64 rescale) bit for bit."""
+    calls = []
+    real = conv_quantized._requantize32
+    monkeypatch.setattr(conv_quantized, "_requantize32", lambda *a, **k: calls.append(1) or real(*a, **k))
+    rng = np.random.default_rng(7)
+    c, m = 24, 3
+    x = rng.integers(0, 256, (1, c, 9, 9)).astype(U8)
+    w = rng.integers(-127, 128, (m, c, 3, 3)).astype(I8)
+    ws = np.array([0.0051, 0.0077, 0.0123], F32) if per_channel else np.array(F32(0.0123))
+    xs, ys, yz = F32(0.0386), F32(0.0443), 127
+    bias = rng.integers(-20000, 20000, m).astype(np.int32)
+    scale = np.float64(xs) * ws.astype(np.float64) / np.float64(ys)
+    assert conv_quantized._float32_rescale_is_exact(scale, np.array(yz, U8), 1 << 24)
+    inputs = [x, np.array(xs), np.array(128, U8), w, ws, np.array(0, I8), np.array(ys), np.array(yz, U8), bias]
+    y = run("QLinearConv", inputs, {1, 2, 3, 4, 5, 6, 7, 8}, version=10, pads=[1] * 4)
+    assert calls                                              # the float32 rescale ran
+    acc = ref_conv(x, w, 128, np.zeros(m, np.int64), pad=1)
+    assert_same(y, ref_qlinear_conv(acc, bias, xs, np.broadcast_to(ws, (m,)), ys, yz, U8))

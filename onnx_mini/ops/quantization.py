@@ -15,7 +15,8 @@ Speed (beside the formulas, not instead of them): the 8- and 16-bit integer resu
 offset and saturated by `_round_saturate_into` in four passes over the quotient's buffer, in place
 (see there); NaN quantizes to the zero point (the spec leaves it undefined). DequantizeLinear
 subtracts and multiplies in place on its one float32 copy of x (three passes: numpy's floor; a
-256-entry table lookup measured 4x slower).
+256-entry table lookup measured 4x slower). With a constant per-tensor scale and zero point (a QDQ
+model's), both check them once at prepare and run only that arithmetic (`_constant_params`).
 """
 from __future__ import annotations
 
@@ -167,7 +168,7 @@ def _positive_block_size(block_size: int) -> int:
 
 # -- QuantizeLinear ------------------------------------------------------------------------------
 
-def _quantize_fn(version: int, *, axis=1, saturate=1, output_dtype=0, block_size=0, precision=0):
+def _quantize_fn(version: int, *, axis=1, saturate=1, output_dtype=0, block_size=0, precision=0, constants=None):
     out_param = "T3" if version >= 23 else "T2"
     allowed_out = schema_dtypes("QuantizeLinear", version, out_param)
     allowed_x = schema_dtypes("QuantizeLinear", version, "T1")
@@ -201,38 +202,40 @@ def _quantize_fn(version: int, *, axis=1, saturate=1, output_dtype=0, block_size
         else:
             q = (x if x.dtype == _F32 else x.astype(_F32)).reshape(work) / scale.astype(_F32)
         return quantize_array(q, out, zp, saturate, scratch=True).reshape(x.shape)
-    return run
+    # (a float16/bfloat16 precision divides in that type: not the shortcut's float32 division)
+    return _constant_params(run, constants if prec in (None, _F32) else None, _quantize_per_tensor)
 
 
 @kernel("QuantizeLinear", since=10)
-def quantize_linear_10(*, _version):
-    return _quantize_fn(_version)
+def quantize_linear_10(*, _version, _constants=None):
+    return _quantize_fn(_version, constants=_constants)
 
 
 @kernel("QuantizeLinear", since=13)
-def quantize_linear_13(*, axis=1, _version):
-    return _quantize_fn(_version, axis=axis)
+def quantize_linear_13(*, axis=1, _version, _constants=None):
+    return _quantize_fn(_version, axis=axis, constants=_constants)
 
 
 @kernel("QuantizeLinear", since=19)
-def quantize_linear_19(*, axis=1, saturate=1, _version):
-    return _quantize_fn(_version, axis=axis, saturate=saturate)
+def quantize_linear_19(*, axis=1, saturate=1, _version, _constants=None):
+    return _quantize_fn(_version, axis=axis, saturate=saturate, constants=_constants)
 
 
 @kernel("QuantizeLinear", since=21)
-def quantize_linear_21(*, axis=1, saturate=1, output_dtype=0, block_size=0, _version):
-    return _quantize_fn(_version, axis=axis, saturate=saturate, output_dtype=output_dtype, block_size=block_size)
+def quantize_linear_21(*, axis=1, saturate=1, output_dtype=0, block_size=0, _version, _constants=None):
+    return _quantize_fn(_version, axis=axis, saturate=saturate, output_dtype=output_dtype, block_size=block_size,
+                        constants=_constants)
 
 
 @kernel("QuantizeLinear", since=(23, 24, 25, 28))
-def quantize_linear_23(*, axis=1, saturate=1, output_dtype=0, block_size=0, precision=0, _version):
+def quantize_linear_23(*, axis=1, saturate=1, output_dtype=0, block_size=0, precision=0, _version, _constants=None):
     return _quantize_fn(_version, axis=axis, saturate=saturate, output_dtype=output_dtype,
-                        block_size=block_size, precision=precision)
+                        block_size=block_size, precision=precision, constants=_constants)
 
 
 # -- DequantizeLinear ----------------------------------------------------------------------------
 
-def _dequantize_fn(version: int, *, axis=1, block_size=0, output_dtype=0):
+def _dequantize_fn(version: int, *, axis=1, block_size=0, output_dtype=0, constants=None):
     if version >= 19:
         allowed_x = schema_dtypes("DequantizeLinear", version, "T1")
         allowed_scale = schema_dtypes("DequantizeLinear", version, "T2")
@@ -263,27 +266,90 @@ def _dequantize_fn(version: int, *, axis=1, block_size=0, output_dtype=0):
             scale = scale.astype(out)
         y *= scale.astype(_F32)
         return (y if out == _F32 else y.astype(out)).reshape(x.shape)
-    return run
+    return _constant_params(run, constants, _dequantize_per_tensor)
 
 
 @kernel("DequantizeLinear", since=10)
-def dequantize_linear_10(*, _version):
-    return _dequantize_fn(_version)
+def dequantize_linear_10(*, _version, _constants=None):
+    return _dequantize_fn(_version, constants=_constants)
 
 
 @kernel("DequantizeLinear", since=(13, 19))
-def dequantize_linear_13(*, axis=1, _version):
-    return _dequantize_fn(_version, axis=axis)
+def dequantize_linear_13(*, axis=1, _version, _constants=None):
+    return _dequantize_fn(_version, axis=axis, constants=_constants)
 
 
 @kernel("DequantizeLinear", since=21)
-def dequantize_linear_21(*, axis=1, block_size=0, _version):
-    return _dequantize_fn(_version, axis=axis, block_size=block_size)
+def dequantize_linear_21(*, axis=1, block_size=0, _version, _constants=None):
+    return _dequantize_fn(_version, axis=axis, block_size=block_size, constants=_constants)
 
 
 @kernel("DequantizeLinear", since=(23, 24, 25, 28))
-def dequantize_linear_23(*, axis=1, block_size=0, output_dtype=0, _version):
-    return _dequantize_fn(_version, axis=axis, block_size=block_size, output_dtype=output_dtype)
+def dequantize_linear_23(*, axis=1, block_size=0, output_dtype=0, _version, _constants=None):
+    return _dequantize_fn(_version, axis=axis, block_size=block_size, output_dtype=output_dtype,
+                          constants=_constants)
+
+
+# -- constant scale and zero point (speed) ---------------------------------------------------------
+# A QDQ model's Quantize/DequantizeLinear have constant per-tensor parameters: their checks and
+# layout are made once (a few us a call, a third of a small tensor's time), the run then does only
+# the arithmetic of `run` itself, for the one input type it was checked with.
+
+def _constant_params(run, constants, make):
+    """run, or a function taking make(run, scale, zero_point)'s shortcut when the scale and zero point
+    are the constants it was made from (make returns None where it does not apply)."""
+    constants = constants or {}
+    if 1 not in constants or 2 not in constants:
+        return run
+    scale, zp = constants[1], constants[2]
+    try:
+        fast = make(run, scale, zp)
+    except (InvalidValueError, ValueError):
+        fast = None                 # run raises it, as for fed parameters
+    if fast is None:
+        return run
+    x_type, compute = fast
+
+    def run_constant(x, scale_, zp_=None):
+        if scale_ is scale and zp_ is zp and x.dtype == x_type and x.ndim:
+            return compute(x)
+        return run(x, scale_, zp_)
+    return run_constant
+
+
+def _quantize_per_tensor(run, scale, zp):
+    """float32 x, a float32 per-tensor scale and an 8/16-bit zero point: (float32, x -> run(x, scale, zp))."""
+    if scale.dtype != _F32 or scale.size != 1 or scale.ndim > 1 or zp.size != 1 or zp.ndim > 1 \
+            or zp.dtype not in _FAST_INTS:
+        return None
+    probe = np.zeros(1, _F32)
+    if run(probe, scale, zp).dtype != zp.dtype:      # the attributes' checks against these parameters
+        return None
+    s, z = scale.reshape(()).astype(_F32), zp.reshape(())
+
+    def compute(x):
+        out = np.empty(x.shape, z.dtype)
+        _round_saturate_into(x / s, out, z)
+        return out
+    return _F32, compute
+
+
+def _dequantize_per_tensor(run, scale, zp):
+    """x of the zero point's (8/16-bit) type, a float32 per-tensor scale, float32 out: (x's type, x -> run(x, ...))."""
+    if scale.dtype != _F32 or scale.size != 1 or scale.ndim > 1 or zp.size != 1 or zp.ndim > 1 \
+            or zp.dtype not in _FAST_INTS:
+        return None
+    if run(np.zeros(1, zp.dtype), scale, zp).dtype != _F32:     # output_dtype or the version's rules
+        return None
+    s, z = scale.reshape(()).astype(_F32), zp.reshape(()).astype(_F32)
+
+    def compute(x):
+        y = x.astype(_F32)
+        if z:               # x - 0 is x
+            y -= z
+        y *= s
+        return y
+    return zp.dtype, compute
 
 
 # -- DynamicQuantizeLinear -----------------------------------------------------------------------

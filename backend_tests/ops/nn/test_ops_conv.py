@@ -384,10 +384,12 @@ def test_conv_depthwise_layouts(monkeypatch, layout, xs, ws, bias, attrs):
     assert_same(run_depthwise(layout, [x, w] + ([b] if bias else []), **attrs_of(**attrs)), expected)
 
 
-@pytest.mark.parametrize("xs,strides,mult,layout", [((1, 16, 8, 8), [2, 2], 1, "depthwise-banded"),
-                                                     ((1, 16, 56, 56), [2, 2], 1, "depthwise-banded"),
-                                                     ((1, 16, 60, 60), [2, 2], 1, "depthwise-einsum"),
+@pytest.mark.parametrize("xs,strides,mult,layout", [((1, 16, 8, 8), [2, 2], 1, "im2col"),
+                                                     ((1, 16, 56, 56), [2, 2], 1, "im2col"),
+                                                     ((1, 32, 60, 60), [2, 2], 1, "im2col"),
+                                                     ((1, 48, 14, 14), [2, 2], 1, "depthwise-einsum"),
                                                      ((1, 96, 8, 8), [2, 2], 1, "depthwise-einsum"),
+                                                     ((1, 16, 120, 120), [2, 2], 1, "depthwise-flat"),
                                                      ((2, 64, 28, 28), [1, 1], 1, "depthwise-einsum"),
                                                      ((1, 16, 30, 30), [1, 1], 1, "depthwise-einsum"),
                                                      ((1, 128, 30, 30), [1, 1], 1, "depthwise-einsum"),
@@ -395,10 +397,11 @@ def test_conv_depthwise_layouts(monkeypatch, layout, xs, ws, bias, attrs):
                                                      ((1, 8, 10, 10), [1, 1], 2, "depthwise-channels-last"),
                                                      ((1, 4, 40, 40), [1, 1], 1, "depthwise-flat")])
 def test_conv_depthwise_picks_its_layout_by_shape(monkeypatch, xs, strides, mult, layout):
-    """Banded products (up to 28 output columns) for strided layers with few channels and stride-1
-    layers whose einsum would tile over 300 kB of weights (768 x 14 x 9 floats); the einsum for every
-    other small image with one output channel per input channel, channels-last with a channel
-    multiplier, flat for large images (the kernel's `algorithms` says which ran)."""
+    """Small strided images: im2col up to 32 channels, the einsum above (thresholds.DW_IM2COL_MAX_CHANNELS);
+    banded products (up to 28 output columns) for stride-1 layers whose einsum would tile over 300 kB of
+    weights (768 x 14 x 9 floats); the einsum for every other small image with one output channel per
+    input channel, channels-last with a channel multiplier, flat for large images (over 1024 output
+    pixels; the kernel's `algorithms` says which ran)."""
     c = xs[1]
     x, w = ints(xs), ints((c * mult, 1, 3, 3))
     attrs = dict(group=c, strides=strides, pads=[1, 1, 1, 1])
@@ -663,8 +666,10 @@ def test_conv_select_is_a_pure_function_of_shapes():
     assert select_3x3(8, 8, 7, forced="winograd") == "winograd"    # forced: its thresholds ignored
     assert select_3x3(8, 8, 7, forced="winograd", finite=False) == "im2col"
     assert select_3x3(8, 8, 7, forced="pointwise") == "im2col"     # cannot apply: the normal choice
-    assert select_3x3(32, 32, 28, group=32, stride=2) == "depthwise-banded"
-    assert select_3x3(32, 32, 28, group=32, stride=2, finite=False) == "depthwise-einsum"
+    assert select_3x3(32, 32, 28, group=32, stride=2) == "im2col"                  # few channels, strided
+    assert select_3x3(64, 64, 28, group=64, stride=2) == "depthwise-einsum"
+    assert select_3x3(768, 768, 14, group=768) == "depthwise-banded"               # einsum's weights > 300 kB
+    assert select_3x3(768, 768, 14, group=768, finite=False) == "depthwise-einsum"
     assert select_3x3(32, 32, 28, group=32, forced="depthwise-flat") == "depthwise-flat"
     assert select_3x3(32, 64, 28, group=32, forced="depthwise-einsum") == "depthwise-channels-last"   # multiplier
     assert select_3x3(32, 32, 28, forced="depthwise-flat") == "im2col"       # not depthwise

@@ -84,9 +84,9 @@ def select(x_shape, w_shape, dtype, *, group: int, kernel, strides, dilations, b
             layout = "depthwise-einsum" if mult == 1 else "depthwise-channels-last"
         banded_first = True
         if layout == "depthwise-einsum":        # against the einsum, banded wins where measured so
-            tile = out[-1] if strides[-1] == 1 else 1
-            banded_first = (group <= thresholds.BANDED_FEW_CHANNELS if max(strides) > 1 else
-                            math.prod(kernel) * tile * group * dtype.itemsize > thresholds.DW_EINSUM_MAX_WEIGHT_BYTES)
+            if max(strides) > 1:                # strided: banded lost to both einsum and im2col
+                return "im2col" if group <= thresholds.DW_IM2COL_MAX_CHANNELS else layout
+            banded_first = math.prod(kernel) * out[-1] * group * dtype.itemsize > thresholds.DW_EINSUM_MAX_WEIGHT_BYTES
         if banded_first and applies("depthwise-banded") and out[1] <= thresholds.BANDED_MAX_WIDTH:
             return "depthwise-banded"
         return layout

@@ -15,7 +15,8 @@ WINOGRAD_MIN_PIXELS = 196                # ... and from 14x14 outputs on (512->5
 DW_LAST_MAX_PIXELS = 1024                # depthwise: channels-last layouts up to this many output pixels, flat above
 DW_EINSUM_MAX_WEIGHT_BYTES = 300 << 10   # stride 1: banded beat the einsum once its tiled weights pass this
 BANDED_MAX_WIDTH = 28                    # banded lost on wider outputs (128x56x56: 0.72 -> 1.67 ms)
-BANDED_FEW_CHANNELS = 64                 # strided depthwise: banded beat the einsum up to this many channels
+DW_IM2COL_MAX_CHANNELS = 32             # strided small depthwise: im2col beat einsum/banded (16x56x56 /2 111 vs
+                                         # 126/165 us, 32x56x56 /2 207/219/383), lost at 48 (48x14x14 /2 87 vs 66)
 BIAS_COLUMN_MIN_EXPANSION = 2            # pointwise: bias in the product from M >= 2 (C + G) (ResNet-50 -2%)
 
 # -- inside the algorithms -------------------------------------------------------------------------
