@@ -21,6 +21,8 @@ or captured by a subgraph, and keep results within the official tolerances:
   + activation (Relu, Clip, LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Tanh, SiLU), one step each;
 - channel_shuffle.py: ShuffleNet's Reshape -> Transpose -> Reshape channel shuffle after a grouped
   1x1 Conv written by that Conv in shuffled order;
+- qdq_lut.py: DequantizeLinear -> elementwise ops with constant operands -> QuantizeLinear on 8-bit
+  codes with per-tensor scales becomes one 256-entry lookup table made by the nodes' own kernels;
 - dead_code.py: nodes and initializers nothing reads any more.
 
 The rewritten nodes use the private domain FUSED_DOMAIN (their kernels: ops/fused.py), which
@@ -39,12 +41,13 @@ from .channel_shuffle import fold_channel_shuffle
 from .fuse import fuse_activations, fuse_conv_add, fuse_matmul_add
 from .identities import eliminate_identities
 from .patterns import fuse_patterns
+from .qdq_lut import fuse_qdq_lookup
 from .relu_concat import push_relu_into_concat
 from .shapes import fold_static_shapes
 
 __all__ = ["FUSED_DOMAIN", "OptimizationWarning", "optimize_graph", "with_fused_domain", "PASSES"]
 
-PASSES = ("dead_code", "identities", "shapes", "patterns", "fold_batchnorm", "fuse")
+PASSES = ("dead_code", "identities", "shapes", "patterns", "fold_batchnorm", "fuse", "qdq_lut")
 
 
 def with_fused_domain(opsets: dict[str, int]) -> dict[str, int]:
@@ -80,6 +83,8 @@ def _optimize(graph, opsets, functions, outer_scope, static_inputs, passes) -> G
         fold_static_shapes(ctx)
     if "patterns" in passes:
         fuse_patterns(ctx)
+    if "qdq_lut" in passes:
+        fuse_qdq_lookup(ctx)
     if "fold_batchnorm" in passes:
         fold_affine_into_batchnorm(ctx)
         fold_batchnorm(ctx)

@@ -1,0 +1,171 @@
+"""optimize/qdq_lut.py: DequantizeLinear -> elementwise ops -> QuantizeLinear on 8-bit codes becomes one
+lookup table, bit for bit the graph as written on every code; and the cases where it must not fire."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx_mini
+from onnx_mini.optimize import FUSED_DOMAIN
+from helpers import elem_type, model
+
+pytestmark = pytest.mark.filterwarnings("error::onnx_mini.optimize.OptimizationWarning")
+LUT = [(FUSED_DOMAIN, "LookupTable")]
+
+
+def init(name, value):
+    return numpy_helper.from_array(np.asarray(value), name)
+
+
+def qdq(chain, codes=np.uint8, s_in=0.05, z_in=128, s_out=0.03, z_out=0, out=np.uint8, shape=(4, 3, 64),
+        extra_outputs=(), scale_in=None, opset=21):
+    """x (codes) -> DequantizeLinear -> chain -> QuantizeLinear -> y. chain: [(op, {const name: value},
+    attrs, chain operand position)]; the constants become initializers."""
+    inits = [init("s_in", np.float32(s_in) if scale_in is None else scale_in), init("z_in", np.array(z_in, codes)),
+             init("s_out", np.float32(s_out)), init("z_out", np.array(z_out, out))]
+    nodes = [helper.make_node("DequantizeLinear", ["x", "s_in", "z_in"], ["t0"], name="dq")]
+    for i, (op, consts, attrs, pos) in enumerate(chain):
+        ins = list(consts)
+        ins.insert(pos, f"t{i}")
+        inits += [init(k, v) for k, v in consts.items()]
+        nodes.append(helper.make_node(op, ins, [f"t{i + 1}"], name=f"op{i}", **attrs))
+    nodes.append(helper.make_node("QuantizeLinear", [f"t{len(chain)}", "s_out", "z_out"], ["y"], name="q"))
+    outputs = [("y", elem_type(out), None)] + [(n, TensorProto.FLOAT, None) for n in extra_outputs]
+    return model(nodes, [("x", elem_type(codes), list(shape))], outputs, inits, opset=opset)
+
+
+def all_codes(codes, shape):
+    """Every code at least once, shuffled, in `shape`."""
+    n = int(np.prod(shape))
+    bits = np.random.default_rng(n).permutation(np.resize(np.arange(256, dtype=np.uint8), n))
+    return bits.view(codes).reshape(shape)
+
+
+def steps(rep):
+    return [(i.domain, i.op_type) for i in rep.plan.infos]
+
+
+def same_as_written(m, codes, shape, expected=LUT):
+    opt, raw = onnx_mini.prepare(m), onnx_mini.prepare(m, optimize=False)
+    assert steps(opt) == expected
+    x = all_codes(codes, shape)
+    (got,), (ref,) = opt.run({"x": x}), raw.run({"x": x})
+    assert got.dtype == ref.dtype and got.shape == ref.shape
+    np.testing.assert_array_equal(got, ref)
+    return got
+
+
+f = np.float32
+CHAINS = {
+    "HardSwish": [("HardSwish", {}, {}, 0)],
+    "HardSigmoid": [("HardSigmoid", {}, {"alpha": 0.3, "beta": 0.4}, 0)],
+    "Sigmoid": [("Sigmoid", {}, {}, 0)],
+    "Tanh": [("Tanh", {}, {}, 0)],
+    "Relu": [("Relu", {}, {}, 0)],
+    "LeakyRelu": [("LeakyRelu", {}, {"alpha": 0.1}, 0)],
+    "Clip": [("Clip", {"lo": f(0), "hi": f(6)}, {}, 0)],
+    "Mul": [("Mul", {"c": f(1.7)}, {}, 0)],
+    "Sub-from-constant": [("Sub", {"c": f(0.25)}, {}, 1)],
+    "Add-rank-1-constant": [("Add", {"c": np.array([0.3], f)}, {}, 0)],
+    "Mul-HardSwish": [("Mul", {"c": f(2.5)}, {}, 0), ("HardSwish", {}, {}, 0)],
+    "Clip-Sigmoid-Add": [("Clip", {"lo": f(-1), "hi": f(1)}, {}, 0), ("Sigmoid", {}, {}, 0),
+                         ("Add", {"c": f(-0.5)}, {}, 0)],
+    "requantize": [],
+}
+QPARAMS = [(0.05, 128, 0.03, 0), (0.1, 3, 0.02, 200), (0.7, 255, 0.5, 17)]   # s_in, z_in (uint8), s_out, z_out
+
+
+@pytest.mark.parametrize("chain", CHAINS, ids=list(CHAINS))
+@pytest.mark.parametrize("codes", [np.uint8, np.int8], ids=["uint8", "int8"])
+@pytest.mark.parametrize("out", [np.uint8, np.int8], ids=["to-uint8", "to-int8"])
+@pytest.mark.parametrize("qp", QPARAMS, ids=["q0", "q1", "q2"])
+def test_chain_is_one_lookup_bit_for_bit(chain, codes, out, qp):
+    s_in, z_in, s_out, z_out = qp
+    shift = lambda z, dt: z if dt == np.uint8 else z - 128     # the same zero points in int8's range
+    m = qdq(CHAINS[chain], codes, s_in, shift(z_in, codes), s_out, shift(z_out, out), out, shape=(2, 128, 256))
+    same_as_written(m, codes, (2, 128, 256))       # 65536 values: looked up two codes at a time
+    same_as_written(qdq(CHAINS[chain], codes, s_in, shift(z_in, codes), s_out, shift(z_out, out), out,
+                        shape=(257,)), codes, (257,))     # odd size: code by code
+
+
+def test_values_by_hand():
+    # uint8 codes, scale 0.5, zero point 128 -> Relu -> scale 0.25, zero point 10: code c gives
+    # max(c - 128, 0) * 0.5 / 0.25 + 10, saturated at 255
+    m = qdq(CHAINS["Relu"], np.uint8, 0.5, 128, 0.25, 10, shape=(16, 16))
+    y = same_as_written(m, np.uint8, (16, 16))
+    x = all_codes(np.uint8, (16, 16)).astype(np.int64)
+    np.testing.assert_array_equal(y, np.minimum(np.maximum(x - 128, 0) * 2 + 10, 255))
+
+
+def test_int8_codes_index_by_their_bits():
+    # int8 -128..127, scale 1, zero point 0 -> Neg -> scale 1, zero point 0 (int8): -x saturated
+    m = qdq([("Neg", {}, {}, 0)], np.int8, 1.0, 0, 1.0, 0, np.int8, shape=(8, 64))
+    y = same_as_written(m, np.int8, (8, 64))
+    x = all_codes(np.int8, (8, 64)).astype(np.int64)
+    np.testing.assert_array_equal(y, np.clip(-x, -128, 127))
+
+
+def test_older_opsets():
+    same_as_written(qdq(CHAINS["Mul-HardSwish"], opset=14, shape=(2, 300)), np.uint8, (2, 300))
+    same_as_written(qdq(CHAINS["Sigmoid"], opset=13, shape=(2, 300)), np.uint8, (2, 300))
+
+
+def test_profile_names_the_replaced_nodes():
+    m = qdq(CHAINS["Mul-HardSwish"])
+    (n,) = onnx_mini.profile(m, {"x": all_codes(np.uint8, (4, 3, 64))}, runs=1).nodes
+    assert (n.domain, n.op_type, n.fused_from) == (FUSED_DOMAIN, "LookupTable", ("dq", "op0", "op1", "q"))
+
+
+DQ_CHAIN_Q = [("", "DequantizeLinear"), ("", "Mul"), ("", "HardSwish"), ("", "QuantizeLinear")]
+
+
+def test_not_fused_when_an_intermediate_is_read_elsewhere():
+    m = qdq(CHAINS["Mul-HardSwish"], extra_outputs=["t1"])          # Mul's output is also a graph output
+    opt = onnx_mini.prepare(m)
+    assert steps(opt) == DQ_CHAIN_Q
+    x = all_codes(np.uint8, (4, 3, 64))
+    for g, r in zip(opt.run({"x": x}), onnx_mini.prepare(m, optimize=False).run({"x": x})):
+        np.testing.assert_array_equal(g, r)
+
+
+def test_not_fused_with_a_per_channel_scale():
+    m = qdq(CHAINS["HardSwish"], shape=(4, 3), scale_in=np.array([0.1, 0.2, 0.3], np.float32))
+    m.graph.node[0].attribute.append(helper.make_attribute("axis", 1))
+    assert steps(onnx_mini.prepare(m)) == [("", "DequantizeLinear"), ("", "HardSwish"), ("", "QuantizeLinear")]
+
+
+def test_not_fused_when_the_scale_is_an_input():
+    m = qdq(CHAINS["HardSwish"])
+    (s,) = [i for i in m.graph.initializer if i.name == "s_in"]
+    m.graph.initializer.remove(s)
+    m.graph.input.append(helper.make_tensor_value_info("s_in", TensorProto.FLOAT, []))
+    assert steps(onnx_mini.prepare(m)) == [("", "DequantizeLinear"), ("", "HardSwish"), ("", "QuantizeLinear")]
+
+
+def test_a_fed_override_of_the_scale_runs_the_graph_as_written():
+    m = qdq(CHAINS["Sigmoid"], opset=13)
+    m.ir_version = 3                     # IR 3: initializers are inputs' defaults, a run may feed them
+    m.graph.input.append(helper.make_tensor_value_info("s_in", TensorProto.FLOAT, []))
+    opt, raw = onnx_mini.prepare(m), onnx_mini.prepare(m, optimize=False)
+    x = all_codes(np.uint8, (4, 3, 64))
+    for feeds in ({"x": x}, {"x": x, "s_in": np.array(0.2, np.float32)}):
+        np.testing.assert_array_equal(opt.run(feeds)[0], raw.run(feeds)[0])
+    assert not np.array_equal(opt.run({"x": x})[0], opt.run({"x": x, "s_in": np.array(0.2, np.float32)})[0])
+
+
+def test_not_fused_when_the_output_is_not_8_bit():
+    m = qdq(CHAINS["HardSwish"], out=np.int16, z_out=0)
+    assert steps(onnx_mini.prepare(m)) == [("", "DequantizeLinear"), ("", "HardSwish"), ("", "QuantizeLinear")]
+
+
+def test_not_fused_without_the_input_zero_point():
+    m = qdq(CHAINS["HardSwish"])
+    del m.graph.node[0].input[2]        # x's type then is not known before run
+    assert steps(onnx_mini.prepare(m)) == [("", "DequantizeLinear"), ("", "HardSwish"), ("", "QuantizeLinear")]
+
+
+def test_wrong_code_type_fed_is_an_error_naming_the_node():
+    opt = onnx_mini.prepare(qdq(CHAINS["HardSwish"]))
+    with pytest.raises(onnx_mini.errors.OnnxMiniError, match="LookupTable|int8"):
+        opt.run({"x": np.zeros((4, 3, 64), np.int8)})
