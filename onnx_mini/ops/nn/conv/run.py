@@ -74,6 +74,13 @@ class Convolution:
                                                         else _weights_finite(given_w, group))):
             name = layout.fallback
         self.algorithms[key[0]] = name
+        if name == "im2col" and n == 1:     # one image: finished here, a small Conv's fixed cost counts
+            y = im2col.conv(x, w, group, _columns(layout, x, group), out)
+            if b is not None:
+                y += b.reshape((1, m) + (1,) * r)
+            if epilogue is not None:
+                epilogue(y, 0, 1)
+            return y.astype(dtype, copy=False)
         bias = None if b is None else b.reshape((1, m) + (1,) * r)
 
         if name == "pointwise":
@@ -115,7 +122,7 @@ class Convolution:
             return _per_image(shifted.conv, x, m, out, finish, w, kernel, dil, begin, end,
                               out).astype(dtype, copy=False)
         elif name == "im2col":
-            return _per_image(im2col.conv, x, m, out, finish, w, group, kernel, strides, dil, begin, end,
+            return _per_image(im2col.conv, x, m, out, finish, w, group, _columns(layout, x, group),
                               out).astype(dtype, copy=False)
         finish(y, 0, n)
         return y.astype(dtype, copy=False)
@@ -169,6 +176,16 @@ class _Layout:
         if value is None:
             value = self.memo[key] = make()
         return value
+
+
+def _columns(layout, x, group):
+    """The im2col geometry of the layout's shape (x: in the compute type), made on its first im2col run."""
+    columns = layout.memo.get("columns")
+    if columns is None:
+        kernel, strides, dil, begin, end, out = layout.geometry
+        columns = layout.memo["columns"] = im2col.Columns(x.shape, x.dtype, group, kernel, strides, dil, begin,
+                                                          end, out)
+    return columns
 
 
 def _transformable(w, group) -> bool:
