@@ -69,7 +69,7 @@ class PreparedModel:
 
     def plan_for(self, outputs: tuple[str, ...], feeds: Any = None) -> Plan:
         """The plan computing `outputs` (any values of the graph) for these feeds."""
-        overrides = self._overrides(feeds)
+        overrides = self._overrides(feeds) if self.defaults else False
         key = (outputs, overrides)
         plan = self._plans.get(key)
         if plan is None:

@@ -9,6 +9,7 @@ Inputs are stored as read-only views so that no kernel can ever write into a cal
 """
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import numpy as np
@@ -21,10 +22,78 @@ from .plan import InputSpec, Plan
 
 def bind_inputs(plan: Plan, feeds) -> list[Any]:
     """A fresh slot list for one run, holding the validated inputs."""
+    binder = plan.binder
+    if binder is None or binder.inputs is not plan.inputs:
+        binder = plan.binder = _Binder(plan)     # two threads may both make it: equal, either kept
+    slots = plan.template.copy()
+    # the usual call, checked at a few hundred ns: a dict naming exactly the required inputs, or one
+    # positional value per required input, every tensor already of its declared dtype and shape
+    # (a bare array is one positional value); a value failing its check is checked again below, so
+    # that a call with several faults reports the one the general matching reports first
+    try:
+        if feeds.__class__ is dict:
+            if len(feeds) == len(binder.required):
+                checks = binder.by_name
+                for name, value in feeds.items():
+                    check = checks.get(name)
+                    if check is None:
+                        break
+                    slots[check[0]] = check[1](value)
+                else:
+                    return slots
+        elif feeds.__class__ is list or feeds.__class__ is tuple or feeds.__class__ is np.ndarray:
+            if feeds.__class__ is np.ndarray:
+                feeds = [feeds]
+            if len(feeds) == len(binder.required):     # _match's targets are then the required inputs
+                for (slot, check), value in zip(binder.required, feeds):
+                    slots[slot] = check(value)
+                return slots
+    except InputError:
+        pass
+    # anything else (unknown or missing names, optional inputs left out, initializer overrides):
+    # the general matching, with its errors
     slots = plan.template.copy()
     for spec, value in _match(plan, feeds):
         slots[spec.slot] = check_value(spec.name, spec.type, value)
     return slots
+
+
+class _Binder:
+    """A plan's inputs prepared for bind_inputs's usual call: (slot, check(value)) per required input,
+    in graph order and by name. A check accepts what check_value accepts and returns the same value."""
+    __slots__ = ("inputs", "required", "by_name")
+
+    def __init__(self, plan: Plan):
+        self.inputs = plan.inputs
+        self.required = [(spec.slot, _checker(spec)) for spec in plan.required_inputs]
+        self.by_name = {spec.name: entry for spec, entry in zip(plan.required_inputs, self.required)}
+
+
+def _checker(spec: InputSpec):
+    """check(value) for one input: a tensor of the declared dtype and fixed dims passes in a few
+    attribute reads; any other value goes through check_value (conversions, errors)."""
+    name, t = spec.name, spec.type
+    if t is None or t.kind != "tensor" or not t.elem_type or t.shape is None:
+        return lambda value: check_value(name, t, value)
+    want = dtypes.NP_DTYPE.get(t.elem_type)
+    if want is None:
+        return lambda value: check_value(name, t, value)
+    rank = len(t.shape)
+    fixed = [(axis, d) for axis, d in enumerate(t.shape) if isinstance(d, int)]
+    # itemgetter of one axis gives the dim itself, of several a tuple
+    dims_of = operator.itemgetter(*(a for a, _ in fixed)) if fixed else None
+    dims = (fixed[0][1] if len(fixed) == 1 else tuple(d for _, d in fixed)) if fixed else None
+    strings = want == object
+
+    def check(value):
+        if (value.__class__ is np.ndarray and value.dtype == want and value.ndim == rank
+                and (dims_of is None or dims_of(value.shape) == dims)
+                and (not strings or set(map(type, value.flat)) <= {str})):
+            v = value.view()
+            v.setflags(write=False)
+            return v
+        return _check_tensor(name, t, value)
+    return check
 
 
 def _match(plan: Plan, feeds) -> list[tuple[InputSpec, Any]]:
@@ -231,7 +300,7 @@ def _export(v: list) -> list:
 
 def _readonly(a: np.ndarray) -> np.ndarray:
     v = a.view()
-    v.flags.writeable = False
+    v.setflags(write=False)      # ~0.3 us less than through v.flags (measured on a [1, 20] array)
     return v
 
 

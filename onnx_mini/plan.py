@@ -112,6 +112,7 @@ class Plan:
     input_by_name: dict[str, InputSpec] = field(init=False, repr=False, compare=False)
     _scoped: dict = field(init=False, repr=False, compare=False)   # scope prefix -> scoped_infos
     layout: Any = field(default=None, init=False, repr=False, compare=False)   # the executor's, made at the first run
+    binder: Any = field(default=None, init=False, repr=False, compare=False)   # inputs.bind_inputs's, made at the first run
 
     def __post_init__(self):
         self.required_inputs = [i for i in self.inputs if not i.has_default]

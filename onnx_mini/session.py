@@ -435,8 +435,11 @@ class InferenceSession:
 
     def _run(self, names: tuple[str, ...], input_feed, run_options: RunOptions | None) -> list:
         """The values `names` for these feeds, in the plan's form (export_outputs makes them the caller's)."""
-        if isinstance(input_feed, dict) and any(isinstance(v, OrtValue) for v in input_feed.values()):
-            input_feed = {k: v._value if isinstance(v, OrtValue) else v for k, v in input_feed.items()}
+        if isinstance(input_feed, dict):
+            for v in input_feed.values():       # a plain loop: ~0.4 us less than any() over a generator
+                if isinstance(v, OrtValue):
+                    input_feed = {k: v._value if isinstance(v, OrtValue) else v for k, v in input_feed.items()}
+                    break
         hook = None
         if run_options is not None:
             if not isinstance(run_options, RunOptions):
@@ -446,7 +449,8 @@ class InferenceSession:
                 hook = trace_hook(self._prepared.verbose or True)
         if hook is None and self._prepared.verbose:
             hook = trace_hook(self._prepared.verbose)
-        threads = self._options.intra_op_num_threads
+        # the field read past _Options.__getattr__ (~0.3 us per run); unset is 0 there, None here: both no cap
+        threads = self._options._values.get("intra_op_num_threads")
         profiler = self._profiler
         if profiler is None:
             plan = self._prepared.plan_for(names, input_feed)

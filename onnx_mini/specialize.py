@@ -37,7 +37,9 @@ class Specializer:
         self._source = plan.source     # the optimised graph `plan` was built from
         self._replan = replan          # (graph, constants by name) -> its plan, as the model prepares one
         self._planning = planning      # the model's planning context (its custom ops and size limit)
-        self._plans: dict[tuple, tuple[Plan, tuple[int, ...]] | None] = {}
+        self._input_slots = [i.slot for i in plan.inputs]
+        # signature -> (its plan, (slot in `plan`, slot in its plan) per input) or None (general plan)
+        self._plans: dict[tuple, tuple[Plan, tuple[tuple[int, int], ...]] | None] = {}
         self._lock = threading.Lock()
 
     @staticmethod
@@ -47,18 +49,18 @@ class Specializer:
 
     def choose(self, slots: list[Any]) -> tuple[Plan, list[Any]]:
         """The plan for these bound slots of the general plan, and the slots to run it on."""
-        inputs = self.plan.inputs
-        key = tuple((v.shape, v.dtype) if isinstance(v, np.ndarray) else type(v) for v in
-                    (slots[i.slot] for i in inputs))
+        # a list comprehension, not tuple(generator): ~0.5 us less per run (measured, one input)
+        key = tuple([(v.shape, v.dtype) if isinstance(v, np.ndarray) else type(v) for v in
+                     [slots[i] for i in self._input_slots]])
         entry = self._plans.get(key, False)
         if entry is False:
             entry = self._build(key)
         if entry is None:
             return self.plan, slots
-        plan, input_slots = entry
+        plan, moves = entry
         new = plan.template.copy()
-        for spec, s in zip(inputs, input_slots):
-            new[s] = slots[spec.slot]
+        for old, s in moves:
+            new[s] = slots[old]
         return plan, new
 
     def _build(self, key: tuple):
@@ -78,7 +80,7 @@ class Specializer:
                     plan = None        # the general plan runs it (and reports any error with its node)
                 if plan is not None:
                     by_name = {i.name: i.slot for i in plan.inputs}
-                    entry = (plan, tuple(by_name[i.name] for i in self.plan.inputs))
+                    entry = (plan, tuple((i.slot, by_name[i.name]) for i in self.plan.inputs))
             self._plans[key] = entry
             return entry
 

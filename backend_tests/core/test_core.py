@@ -213,6 +213,45 @@ def test_python_lists_become_arrays_of_the_declared_type(two_inputs):
     np.testing.assert_array_equal(z, [[2, 3, 4]])
 
 
+def test_usual_feeds_bind_as_read_only_views(two_inputs):
+    """The usual call (a dict of exactly the inputs, or one value per input) takes bind_inputs's quick
+    check: the slots hold read-only views of the caller's arrays, which stay writeable."""
+    x, y = np.arange(6, dtype=np.float32).reshape(2, 3), np.ones((1, 3), np.float32)
+    plan = two_inputs.plan
+    for feeds in ({"y": y, "x": x}, [x, y], (x, y)):
+        slots = bind_inputs(plan, feeds)
+        got = {i.name: slots[i.slot] for i in plan.inputs}
+        for name, given in (("x", x), ("y", y)):
+            assert got[name] is not given and np.shares_memory(got[name], given)
+            assert not got[name].flags.writeable and given.flags.writeable
+        np.testing.assert_array_equal(two_inputs.run(feeds)[0], x + y)
+
+
+def test_quick_binding_reports_the_first_fault_the_general_matching_finds(two_inputs):
+    bad_x = np.zeros((2, 3), np.float64)
+    # two names, as many as the inputs: an unknown name wins over the bad value before it
+    with pytest.raises(InputError, match="unknown input.*'w'"):
+        two_inputs.run({"x": bad_x, "w": np.zeros((1, 3), np.float32)})
+    # two bad values: the first in the caller's order is named
+    with pytest.raises(InputError, match="'y'.*dimension 0 must be 1"):
+        two_inputs.run({"y": np.zeros((2, 3), np.float32), "x": bad_x})
+    with pytest.raises(InputError, match="'x'.*element type float.*float64"):
+        two_inputs.run((bad_x, np.zeros((2, 3), np.float32)))
+
+
+def test_quick_binding_converts_what_the_declared_type_asks():
+    # a fixed and a symbolic dim; str_ arrays and non-str elements of a string tensor become str objects
+    m = model([helper.make_node("Identity", ["s"], ["t"])], [("s", TensorProto.STRING, ["N", 2])],
+              [("t", TensorProto.STRING, None)])
+    rep = onnx_mini.prepare(m)
+    (t,) = rep.run({"s": np.array([["a", "b"]])})
+    assert t.dtype == object and t.tolist() == [["a", "b"]]
+    (t,) = rep.run(np.array([["a", 5]], dtype=object))
+    assert t.tolist() == [["a", "5"]]
+    with pytest.raises(InputError, match="'s'.*dimension 1 must be 2"):
+        rep.run([np.array([["a", "b", "c"]], dtype=object)])
+
+
 def test_run_node_and_backend_interface():
     node = helper.make_node("Add", ["a", "b"], ["c"])
     (c,) = onnx_mini.run_node(node, [np.array([1], np.int32), np.array([2], np.int32)])

@@ -67,6 +67,13 @@ def probit(p: np.ndarray) -> np.ndarray:
 
 
 def _softmax(s: np.ndarray) -> np.ndarray:
+    if s.shape[0] == 1:
+        # one row (batch 1): whole-array reductions over the same contiguous elements, the same
+        # result; ~2 us less than two keepdims reductions on a [1, 3] row (measured under load)
+        e = s - s.max()
+        np.exp(e, out=e)
+        e /= e.sum()
+        return e
     e = s - s.max(axis=1, keepdims=True)
     np.exp(e, out=e)
     e /= e.sum(axis=1, keepdims=True)

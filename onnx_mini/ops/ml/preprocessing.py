@@ -114,11 +114,17 @@ def normalizer_1(*, norm="MAX"):
     if norm not in divisors:
         raise ValueError(f"norm {norm!r} is not one of 'MAX', 'L1', 'L2'")
     divisor = divisors[norm]
+    # one row (batch 1): the whole-array reduction over the same contiguous elements gives the same
+    # divisor at ~2 us less than a keepdims one and its zero check (a [1, 3] row, measured under load)
+    whole = {"MAX": np.max, "L1": lambda v: np.abs(v).sum()}.get(norm)
 
     def run(x):
         v = _float(x)
         if v.size == 0:
             return v.astype(np.float32)
+        if whole is not None and v.ndim and v.size == v.shape[-1] and v.flags.c_contiguous:
+            d = whole(v)
+            return (v / d if d != 0 else v.copy()).astype(np.float32, copy=False)
         row = v.reshape(1) if v.ndim == 0 else v
         d = divisor(row)
         if np.count_nonzero(d) < d.size:       # (count_nonzero: a C call, unlike d.all())
@@ -138,9 +144,10 @@ def scaler_1(*, offset=None, scale=None):
     off = np.array(offset or [0.0], dtype=np.float32)
     mul = np.array(scale or [1.0], dtype=np.float32)
     sizes = {1, off.size, mul.size}
+    mixed = len(sizes) > 2      # two per-feature lengths: no X fits both, _per_feature says which
 
     def run(x):
-        if (x.shape[-1] if x.ndim else 1) not in sizes or len(sizes) > 2:
+        if mixed or (x.shape[-1] if x.ndim else 1) not in sizes:
             _per_feature(off, x, "offset")
             _per_feature(mul, x, "scale")
         y = _float(x) - off
