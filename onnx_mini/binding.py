@@ -38,6 +38,8 @@ def bind(node: Node, spec: KernelSpec, opset: int | None, *, attrs: dict[str, An
     facts = {"_n_inputs": len(node.inputs), "_n_outputs": len(node.outputs), "_graph": graph,
              "_opsets": opsets or {}, "_plan": plan, "_version": spec.since, "_constants": constants or {},
              "_options": dict(options or {})}
+    if "_input_producers" in spec.injected:     # a walk of the graph: only for the kernels asking
+        facts["_input_producers"] = input_producers(node, graph)
     kwargs.update((name, facts[name]) for name in spec.injected)
     try:
         return spec.factory(**kwargs)
@@ -45,6 +47,19 @@ def bind(node: Node, spec: KernelSpec, opset: int | None, *, attrs: dict[str, An
         raise
     except Exception as e:
         raise fail(str(e) or type(e).__name__) from e
+
+
+def input_producers(node: Node, graph: Graph | None) -> tuple:
+    """Per input of `node`, (op_type, attrs) of the default-domain node of `graph` (the graph as
+    written) computing it, or None. The node is found in `graph` by its first output, so a node the
+    optimiser rewired still sees what the model wrote before it."""
+    if graph is None:
+        return (None,) * len(node.inputs)
+    made = {o: n for n in graph.nodes for o in n.outputs if o}
+    written = made.get(node.outputs[0]) if node.outputs and node.outputs[0] else None
+    inputs = written.inputs if written is not None else node.inputs
+    return tuple((p.op_type, p.attrs) if (p := made.get(x)) is not None and p.domain == "" else None
+                 for x in inputs)
 
 
 def resolved_kernel(node: Node, opsets: dict[str, int], functions) -> tuple[KernelSpec | None, int | None]:

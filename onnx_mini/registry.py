@@ -17,7 +17,10 @@ Factory parameters whose names start with "_" are not attributes but facts the p
 - `_options`: the model's kernel options, as given to prepare (e.g. {"conv_algorithm": "im2col"});
 - `_n_inputs`/`_n_outputs`: how many the node has, counting omitted optional ones;
 - `_graph`/`_opsets`/`_plan`: the graph holding the node, its opset imports, and a function that
-  plans a Graph into a SubPlan (for ops about their own graph: Gradient).
+  plans a Graph into a SubPlan (for ops about their own graph: Gradient);
+- `_input_producers`: per input, (op_type, attributes) of the default-domain node computing it in
+  the graph as written, or None (a graph input, a constant, another domain): how the model states
+  an input's intended precision (Softmax after an explicit Cast to float16).
 
 Facts about an operator that the planner reads are arguments of @kernel, never name lists elsewhere:
 - `foldable` (default True): computed once at prepare time when every input is constant (False for
@@ -43,7 +46,8 @@ import onnx.defs
 
 from .graph import normalize_domain
 
-INJECTED = ("_n_inputs", "_n_outputs", "_graph", "_opsets", "_plan", "_version", "_constants", "_options")
+INJECTED = ("_n_inputs", "_n_outputs", "_graph", "_opsets", "_plan", "_version", "_constants", "_options",
+            "_input_producers")
 
 
 @dataclass(frozen=True)

@@ -198,3 +198,28 @@ def test_float16_matches_onnxruntime_bit_for_bit(op, axis):
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
     want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert run(op, 13, [x], axis=axis).view(np.uint16).tolist() == want.view(np.uint16).tolist()
+
+
+@pytest.mark.parametrize("optimize", [True, False])
+def test_float16_softmax_after_an_explicit_cast_runs_step_by_step(optimize):
+    # Attention's function body states softmax_precision as Cast(to=P) -> Softmax: there the Softmax
+    # runs its own function body's form, each step rounded to float16 (as the official data of
+    # test_attention_4d_causal_fp16_expanded hold); the same Softmax without the Cast rounds once
+    import onnx_mini
+    from onnx import TensorProto, helper
+    x = (np.random.default_rng(5).standard_normal((4, 64)) * 3).astype(np.float16)
+    vi = helper.make_tensor_value_info
+
+    def model(nodes):
+        g = helper.make_graph(nodes, "g", [vi("x", TensorProto.FLOAT16, [4, 64])], [vi("y", TensorProto.FLOAT16, None)])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    cast = model([helper.make_node("Cast", ["x"], ["c"], to=TensorProto.FLOAT16), helper.make_node("Softmax", ["c"], ["y"])])
+    plain = model([helper.make_node("Softmax", ["x"], ["y"])])
+    # step by step in float16: each numpy operation on float16 arrays rounds to float16
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    stepwise = e / e.sum(axis=-1, keepdims=True)
+    got = onnx_mini.prepare(cast, optimize=optimize).run([x])[0]
+    assert got.dtype == np.float16 and got.view(np.uint16).tolist() == stepwise.view(np.uint16).tolist()
+    once = onnx_mini.prepare(plain, optimize=optimize).run([x])[0]
+    assert once.view(np.uint16).tolist() == float32_then_rounded("Softmax", 13, x, -1).view(np.uint16).tolist()
+    assert once.view(np.uint16).tolist() != stepwise.view(np.uint16).tolist()   # the two forms differ here
