@@ -273,3 +273,23 @@ def control_flow_model():
 def control_flow_feeds(c: bool = True) -> dict:
     return {"x": np.array([1, -2, 3, -4], np.float32), "c": np.array(c), "xs": arange((3, 2)),
             "s0": np.array([10, 20], np.float32)}
+
+
+def one_node_model(op, inputs, const=(), n_outputs=1, domain="", version=None, **attrs):
+    """A one-node model (the node named NODE): inputs[k] an initializer for k in const, a graph input
+    otherwise (None: omitted). Opsets: ai.onnx at `version` for a default-domain op (else 21), and
+    `domain` at `version` (else 1). -> (model, indices of the graph inputs in feed order)."""
+    names = ["" if x is None else f"in{k}" for k, x in enumerate(inputs)]
+    while names and not names[-1]:
+        names.pop()
+    node = helper.make_node(op, names, [f"out{k}" for k in range(n_outputs)], name=NODE, domain=domain, **attrs)
+    fed = [k for k, x in enumerate(inputs) if x is not None and k not in const]
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info(names[k], helper.np_dtype_to_tensor_dtype(inputs[k].dtype), None) for k in fed],
+        [helper.make_empty_tensor_value_info(f"out{k}") for k in range(n_outputs)],
+        [numpy_helper.from_array(inputs[k], names[k]) for k in sorted(const) if inputs[k] is not None])
+    opsets = [helper.make_opsetid("", version if not domain and version else 21)]
+    if domain:
+        opsets.append(helper.make_opsetid(domain, version or 1))
+    return helper.make_model(graph, opset_imports=opsets, ir_version=10), fed

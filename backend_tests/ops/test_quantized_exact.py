@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import helper, numpy_helper
 
 import onnx_mini
 from onnx_mini.ops.math.matmul import F32_EXACT, int_matmul, integer_range
 from onnx_mini.ops.nn import conv_quantized
 
-from helpers import NODE, assert_same
+from helpers import assert_same, one_node_model
 
 MS = "com.microsoft"
 F32, U8, I8 = np.float32, np.uint8, np.int8
@@ -27,20 +26,7 @@ K_F32 = F32_EXACT // (255 * 255)      # 258: the largest K summed in one float32
 
 def run(op, inputs, const=(), n_outputs=1, domain="", version=None, **attrs):
     """One node; inputs[k] an initializer for k in const (the prepared path), fed otherwise (None: omitted)."""
-    names = ["" if x is None else f"in{k}" for k, x in enumerate(inputs)]
-    while names and not names[-1]:
-        names.pop()
-    node = helper.make_node(op, names, [f"out{k}" for k in range(n_outputs)], name=NODE, domain=domain, **attrs)
-    fed = [k for k, x in enumerate(inputs) if x is not None and k not in const]
-    graph = helper.make_graph(
-        [node], "g",
-        [helper.make_tensor_value_info(names[k], helper.np_dtype_to_tensor_dtype(inputs[k].dtype), None) for k in fed],
-        [helper.make_empty_tensor_value_info(f"out{k}") for k in range(n_outputs)],
-        [numpy_helper.from_array(inputs[k], names[k]) for k in sorted(const) if inputs[k] is not None])
-    opsets = [helper.make_opsetid("", version if not domain and version else 21)]
-    if domain:
-        opsets.append(helper.make_opsetid(domain, version or 1))
-    model = helper.make_model(graph, opset_imports=opsets, ir_version=10)
+    model, fed = one_node_model(op, inputs, const, n_outputs, domain, version, **attrs)
     out = onnx_mini.prepare(model).run([inputs[k] for k in fed])
     return tuple(out) if n_outputs > 1 else out[0]
 

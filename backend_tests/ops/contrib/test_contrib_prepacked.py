@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import helper, numpy_helper
 
 import onnx_mini
 from onnx_mini.errors import KernelError
@@ -17,7 +16,7 @@ from onnx_mini.ops.contrib import qlinear as ql
 from onnx_mini.ops.contrib import quantized_matmul as qm
 from onnx_mini.ops.nn import conv_quantized as cq
 
-from helpers import NODE, assert_same, raises_naming_node
+from helpers import assert_same, one_node_model, raises_naming_node
 
 MS = "com.microsoft"
 F32, U8, I8 = np.float32, np.uint8, np.int8
@@ -39,24 +38,6 @@ def nbits_weights(rng, N, K, bs, bits):
     nb = -(-K // bs)
     q = rng.integers(0, 1 << bits, (N, nb * bs)).astype(U8)
     return q, pack(q, bits).reshape(N, nb, bs * bits // 8)
-
-
-def one_node(op, inputs, const, n_outputs=1, domain=MS, version=1, **attrs):
-    """A one-node model: inputs[k] an initializer for k in const, a graph input otherwise (None: omitted).
-    -> (model, names of the graph inputs in feed order)."""
-    names = ["" if x is None else f"in{k}" for k, x in enumerate(inputs)]
-    while names and not names[-1]:
-        names.pop()
-    node = helper.make_node(op, names, [f"out{k}" for k in range(n_outputs)], name=NODE, domain=domain, **attrs)
-    fed = [k for k, x in enumerate(inputs) if x is not None and k not in const]
-    graph = helper.make_graph(
-        [node], "g",
-        [helper.make_tensor_value_info(names[k], helper.np_dtype_to_tensor_dtype(inputs[k].dtype), None)
-         for k in fed],
-        [helper.make_empty_tensor_value_info(f"out{k}") for k in range(n_outputs)],
-        [numpy_helper.from_array(inputs[k], names[k]) for k in sorted(const) if inputs[k] is not None])
-    opsets = [helper.make_opsetid("", 21)] + ([helper.make_opsetid(domain, version)] if domain else [])
-    return helper.make_model(graph, opset_imports=opsets, ir_version=10), fed
 
 
 def counting(monkeypatch, module, name):
@@ -149,7 +130,7 @@ def _cases():
 def _prepare(op, inputs, const, n_outputs, attrs):
     attrs = dict(attrs)
     domain, version = attrs.pop("_v", (MS, 1))
-    model, fed = one_node(op, inputs, const, n_outputs, domain, version, **attrs)
+    model, fed = one_node_model(op, inputs, const, n_outputs, domain, version, **attrs)
     return onnx_mini.prepare(model), fed
 
 
