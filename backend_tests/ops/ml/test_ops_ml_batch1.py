@@ -1,6 +1,7 @@
 """Batch 1 (one row) takes quicker paths in Normalizer and the SOFTMAX post-transform (whole-array
 reductions in place of per-row ones): a row alone must give exactly what it gives inside a batch, and
-what the spec's formula gives."""
+what the spec's formula gives. Also: a wide row's LinearClassifier product (W [E, F]) and labels 0..K-1
+returned as the argmax itself. (The tree ensembles' one-row walk: test_ops_ml_forest.py.)"""
 from __future__ import annotations
 
 import numpy as np
@@ -47,3 +48,69 @@ def test_linear_classifier_softmax_one_row_is_the_row_of_the_batch():
         one_label, one = run_node("LinearClassifier", 1, [x[i:i + 1]], **args)
         np.testing.assert_array_equal(one[0], probs[i])
         assert one_label.tolist() == [labels[i]]
+
+
+@pytest.mark.parametrize("norm", ["MAX", "L1", "L2"])
+def test_normalizer_one_wide_row_is_the_row_of_the_batch(norm):
+    # long rows (a tf-idf vector of 5136 terms): BLAS sums the L2 products; alone or in a batch, the same bits
+    rng = np.random.default_rng(5)
+    x = np.where(rng.random((4, 5136)) < 0.01, rng.random((4, 5136)), 0).astype(np.float32)
+    x[2] = 0                                                    # a zero row stays zeros
+    batch = run_node("Normalizer", 1, [x], domain=ML, norm=norm)
+    for i in range(len(x)):
+        np.testing.assert_array_equal(run_node("Normalizer", 1, [x[i:i + 1]], domain=ML, norm=norm)[0], batch[i])
+    np.testing.assert_allclose(batch, spec_normalizer(x, norm), rtol=1e-6)
+
+
+@pytest.mark.parametrize("labels", [[0, 1, 2], [0, 2, 1], [1, 2, 3]])
+def test_classifier_labels_0_to_k_are_the_argmax_itself(labels):
+    # labels 0..K-1 in order are returned as the argmax indices (no lookup): the same int64 labels
+    coefficients = [1.0, 0.0, 0.0, 1.0, -1.0, -1.0]                       # 3 classes x 2 features
+    x = np.array([[3.0, 0.0], [0.0, 3.0], [-2.0, -2.0], [1.0, 1.0]], np.float32)   # winners 0, 1, 2, 0 (tie)
+    winners = [0, 1, 2, 0]
+    got, _ = run_node("LinearClassifier", 1, [x], domain=ML, n_outputs=2, classlabels_ints=labels,
+                      coefficients=coefficients)
+    assert got.dtype == np.int64 and got.tolist() == [labels[i] for i in winners]
+    # three one-leaf trees, one per class: every row scores [0.5, 0.25, 1.0], the third class wins
+    attrs = dict(nodes_treeids=[0, 1, 2], nodes_nodeids=[0, 0, 0], nodes_featureids=[0, 0, 0],
+                 nodes_modes=["LEAF"] * 3, nodes_values=[0.0] * 3, nodes_truenodeids=[0] * 3,
+                 nodes_falsenodeids=[0] * 3, class_treeids=[0, 1, 2], class_nodeids=[0, 0, 0],
+                 class_ids=[0, 1, 2], class_weights=[0.5, 0.25, 1.0], classlabels_int64s=labels)
+    got, scores = run_node("TreeEnsembleClassifier", 1, [x], domain=ML, n_outputs=2, **attrs)
+    assert got.dtype == np.int64 and got.tolist() == [labels[2]] * 4
+    np.testing.assert_array_equal(scores, np.tile(np.float32([0.5, 0.25, 1.0]), (4, 1)))
+
+
+@pytest.mark.parametrize("features", [20, 300])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_linear_classifier_one_wide_row(features, dtype):
+    # one row of 300 features takes the W [E, F] product (a dot per class), 20 the W^T [F, E] one:
+    # both are X @ W^T + b
+    rng = np.random.default_rng(features)
+    coefficients = (rng.integers(-8, 9, size=4 * features) / 8).tolist()
+    intercepts = [0.5, -0.25, 0.0, 1.0]
+    x = (rng.integers(-4, 5, size=(3, features)) / 4).astype(dtype)
+    expected = x.astype(np.float64) @ np.array(coefficients).reshape(4, features).T + intercepts
+    for i in range(len(x)):
+        labels, scores = run_node("LinearClassifier", 1, [x[i:i + 1]], domain=ML, n_outputs=2,
+                                  classlabels_ints=[7, 8, 9, 10], coefficients=coefficients, intercepts=intercepts)
+        np.testing.assert_array_equal(scores[0], expected[i].astype(np.float32))   # multiples of 1/32: exact
+        assert labels.tolist() == [[7, 8, 9, 10][int(np.argmax(expected[i]))]]
+
+
+@pytest.mark.parametrize("classes", [3, 20])
+def test_softmax_one_row_with_nan_and_infinities_is_the_row_of_the_batch(classes):
+    # up to 16 scores the one-row shift is Python's max of the row; NaN, +inf and -inf scores give
+    # the batch's bits (NaN rows all NaN)
+    rng = np.random.default_rng(classes)
+    coefficients = (rng.integers(-4, 5, size=classes * 2) / 4).tolist()
+    x = np.array([[1.0, 2.0], [np.nan, 1.0], [np.inf, 0.0], [-np.inf, 1.0], [1e30, -1e30]], np.float32)
+    args = dict(domain=ML, n_outputs=2, classlabels_ints=list(range(classes)), coefficients=coefficients,
+                post_transform="SOFTMAX")
+    with np.errstate(all="ignore"):
+        labels, probs = run_node("LinearClassifier", 1, [x], **args)
+        assert np.isnan(probs[1]).all()
+        for i in range(len(x)):
+            one_label, one = run_node("LinearClassifier", 1, [x[i:i + 1]], **args)
+            np.testing.assert_array_equal(one[0], probs[i])
+            assert one_label.tolist() == [labels[i]]

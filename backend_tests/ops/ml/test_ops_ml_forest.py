@@ -255,3 +255,35 @@ def test_tree_ensemble_5_trees_sharing_nodes(roots, expected):
                  leaf_weights=np.array([1, 10, 100], np.float32), n_targets=2, aggregate_function=1)
     x = np.array([[-1], [0.5], [2]], np.float32)
     np.testing.assert_array_equal(run_node("TreeEnsemble", 5, [x], domain=ML, **attrs), np.float32(expected))
+
+
+def test_one_row_code_gathers_the_seven_outcome_bytes():
+    # the one-row walk reads a tree's eight test outcomes (0 or 1 each) as one little-endian int64; times
+    # _GATHER, its top byte must be the first seven outcomes as bits 0..6 (the eighth, padding, ignored)
+    patterns = ((np.arange(256)[:, None] >> np.arange(8)) & 1).astype(np.uint8)   # every outcome set
+    code = (patterns.view("<i8").reshape(-1) * forest_module._GATHER) >> 56
+    np.testing.assert_array_equal(code, np.arange(256) & 127)
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3, 4, 6])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("scoring", ["multi", "tree", "some"])
+def test_one_row_top_levels_match_the_level_walk_and_the_reference(monkeypatch, depth, dtype, scoring):
+    # one row decides each tree's top three levels at once (jump tables; for trees no deeper and one
+    # value per node, the tables give the leaves' values), then walks the deeper ones; with the tables
+    # off (more trees than _TOP_MAX_TREES) the level walk runs: both equal the reference
+    k = 3
+    a = random_forest(depth + 40, 10, depth, MODES, k, scoring)
+    attrs = regressor(a, k, "SUM", [0.5, -1.25, 2.0])
+    x = features(depth + 7, 30, dtype)
+    expected = (reference_scores(a, x, k, "SUM") + attrs["base_values"]).astype(np.float32)
+    calls = []
+    top_walk = forest_module.Forest._top_walk
+    monkeypatch.setattr(forest_module.Forest, "_top_walk", lambda *args: calls.append(1) or top_walk(*args))
+    rows = [run_node("TreeEnsembleRegressor", 3, [x[i:i + 1]], domain=ML, **attrs) for i in range(len(x))]
+    np.testing.assert_array_equal(np.concatenate(rows), expected)
+    assert len(calls) == len(x)                       # the jump tables served every row
+    monkeypatch.setattr(forest_module, "_TOP_MAX_TREES", 0)
+    rows = [run_node("TreeEnsembleRegressor", 3, [x[i:i + 1]], domain=ML, **attrs) for i in range(len(x))]
+    np.testing.assert_array_equal(np.concatenate(rows), expected)
+    assert len(calls) == len(x)                       # and not these

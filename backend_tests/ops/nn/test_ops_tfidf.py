@@ -175,3 +175,19 @@ def test_shared_output_slots_add_up():
     assert_same(tfidf(x, mode="TF", **attrs), f32([5, 4, 2]))
     assert_same(tfidf(x, mode="TFIDF", **attrs), f32([3 * 0.5 + 2 * 2.0, 2 * 1.5 + 2 * 0.25, 0 + 2 * 1.0]))
     assert_same(tfidf(x, mode="IDF", **attrs), f32([0.5 + 2.0, 1.5 + 0.25, 1.0]))
+
+
+@pytest.mark.parametrize("mode", ["TF", "IDF", "TFIDF"])
+def test_one_row_is_the_row_of_the_batch(mode):
+    # batch 1 counts TF with bincount (a spare slot for the misses): alone, [L] or [1, L], a row gives
+    # what it gives inside a batch; 9 is in no pool n-gram, the last row matches nothing
+    x = np.array([SEQ, [3, 1, 2, 9, 1, 3, 3], [9, 9, 9, 9, 9, 9, 9]], np.int64)
+    attrs = dict(min_gram_length=1, max_gram_length=3, max_skip_count=1, ngram_indexes=[0, 0, 1, 2, 3, 4],
+                 weights=WEIGHTS, mode=mode)
+    batch = tfidf(x, **attrs)
+    assert batch[2].tolist() == [0] * 5
+    for i in range(len(x)):
+        assert_same(tfidf(x[i:i + 1], **attrs), batch[i:i + 1])
+        assert_same(tfidf(x[i], **attrs), batch[i])
+        words = np.array([WORDS[t] for t in x[i]], dtype=object)
+        assert_same(tfidf(words, strings=True, **attrs), batch[i])

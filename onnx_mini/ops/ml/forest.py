@@ -22,9 +22,16 @@ of each path. The tables are read at doubled indices 2 * node + outcome, so that
 and a gather. Rows go in chunks that keep the [rows, trees] arrays in the CPU cache, and a large batch's
 chunks are spread over the threads (parallel.split). Measured no faster on the 300-tree, 4310-node
 forest of bench_apps' skl_gbc, and so not used: every node's test for every row first, then a walk of
-the stored outcomes (one row: 22 vs 21 us); the tests of each tree's top three levels at once, their
-outcomes packed into a code and one jump-table gather (one row: 15.5 vs 15.1 us, 10 rows 2x slower);
-feature and threshold read as one packed record (a chunk of 109 rows: 434 vs 383 us).
+the stored outcomes (one row: 22 vs 21 us); feature and threshold read as one packed record (a chunk
+of 109 rows: 434 vs 383 us).
+
+One row: the top levels (up to three) of every tree are decided at once. The tests of a tree's first
+seven nodes in heap order (node p's children at 2p and 2p + 1; a leaf's children are itself) fill eight
+bytes of a bool array (the eighth a padding copy); viewed as one int64, a multiplication gathers the
+seven outcome bytes into the top byte (`_GATHER`), a code 0..127, and a per-tree jump table gives the
+node reached three levels down: one gather, one test, a multiply, a shift, an add and a gather, where
+the level walk spends six calls per level (a 300-tree depth-3 forest: 8 vs 16 us, under load; packing
+the outcomes with np.packbits instead costs 8.5 us alone).
 
 Aggregation (SUM, AVERAGE): when each tree scores a single target (gradient boosting: one tree per class
 and round; any single-target regressor), each node holds one value and the trees are ordered by target,
@@ -33,6 +40,8 @@ every class) a [targets, nodes] table is gathered. MIN and MAX gather their tabl
 leaf does not score a target.
 """
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 
@@ -56,6 +65,16 @@ _CHUNK = 1 << 15
 # depth-8 forest on 2000 rows ran 1.3x faster on 2 threads, bench_apps' skl_gbc at 1000 rows (900 k
 # steps) 1.4x slower, both under load
 _PARALLEL_STEPS = 1 << 19
+
+# One row's top levels (see the module's docstring): bytes j = 0..6 of a little-endian int64 (each 0 or
+# 1) land at bit 56 + j of its product (wrapping) with this number, the eighth byte nowhere (checked
+# exhaustively in the tests); the jump tables hold 128 entries per tree (nodes, and values when the
+# trees are no deeper: ~2.3 KB per tree, 0.6 ms to build for 300), built up to this many trees. Index
+# arrays stay intp: an int32 one costs a conversion per take (1.2 us on 300 indices)
+_TOP_LEVELS = 3
+_GATHER = np.int64(sum(1 << (56 - 7 * j) for j in range(7)))   # < 2**63: the product's top bit is 0
+_TOP_MAX_TREES = 4096
+_LITTLE = sys.byteorder == "little"
 
 
 def _doubled(values: np.ndarray) -> np.ndarray:
@@ -118,6 +137,8 @@ class Forest:
         self.root_threshold = {dt: t[self.roots] for dt, t in self.threshold.items()}
         self.roots_doubled = 2 * self.roots
         self.chunk_rows = max(1, _CHUNK // max(1, self.n_trees))
+        self.top_value = None
+        self.top = self._top_tables() if _LITTLE and self.depth and self.n_trees <= _TOP_MAX_TREES else None
 
     # -- the test -------------------------------------------------------------------------------------
     def test(self, v: np.ndarray, t: np.ndarray, at, out=None) -> np.ndarray:
@@ -164,6 +185,43 @@ class Forest:
         at = np.minimum(np.searchsorted(keys, key), keys.size - 1)
         return found & (keys[at] == key)
 
+    def _top_tables(self):
+        """One row's tables for the top levels of every tree (see the module's docstring): (levels,
+        tested nodes [trees, 8], their features, thresholds per float type, flat jump table [trees * 128]
+        of the node reached `levels` down, each tree's offset into it)."""
+        levels = min(self.depth, _TOP_LEVELS)
+        heap = np.empty((self.n_trees, 2 ** (levels + 1)), np.int64)
+        heap[:, 1] = self.roots
+        for p in range(1, 2 ** levels):
+            heap[:, 2 * p] = self.next_node[2 * heap[:, p]]          # false child
+            heap[:, 2 * p + 1] = self.next_node[2 * heap[:, p] + 1]  # true child
+        tested = np.empty((self.n_trees, 8), np.int64)
+        tested[:] = heap[:, 1:2][:, [0]]                   # the padding bytes test the root again
+        tested[:, :2 ** levels - 1] = heap[:, 1:2 ** levels]
+        # for each code, the heap position reached: bit p - 1 is node p's outcome (bits beyond the
+        # tested nodes are padding: never read)
+        codes = np.arange(128)
+        at = np.ones(128, np.int64)
+        for _ in range(levels):
+            at = 2 * at + ((codes >> (at - 1)) & 1)
+        jump = heap[:, at].reshape(-1).astype(np.intp)
+        offsets = np.arange(0, 128 * self.n_trees, 128, dtype=np.int64).reshape(-1, 1)
+        # trees no deeper than the top levels, one value per node: the reached leaves' values at once
+        self.top_value = self.value[jump] if self.value is not None and levels == self.depth else None
+        return (levels, tested, self.feature[tested], {dt: t[tested] for dt, t in self.threshold.items()},
+                jump, offsets)
+
+    def _top_walk(self, flat: np.ndarray, table: np.ndarray | None = None) -> np.ndarray:
+        """One row (flat [F]): [trees] nodes reached `levels` down from the roots (self.top's levels), or
+        their entries of `table` (top_value)."""
+        _, tested, feature, thresholds, jump, offsets = self.top
+        v = flat.take(feature, mode="clip")
+        code = self.test(v, thresholds[flat.dtype], lambda table: table[tested]).view(np.int64)
+        code *= _GATHER
+        code >>= 56
+        code += offsets
+        return (jump if table is None else table).take(code.reshape(-1), mode="clip")
+
     # -- evaluation -----------------------------------------------------------------------------------
     def scores(self, x: np.ndarray, how: str) -> np.ndarray:
         """x [N, F] float32 or float64 -> [N, K] float64 aggregated scores (how: one of AGGREGATES)."""
@@ -178,6 +236,8 @@ class Forest:
         if self.depth == 0:                    # every tree is a leaf: the same scores for every row
             self._aggregate(self.roots.reshape(1, -1), how, out[:1])
             out[1:] = out[0]
+        elif n == 1 and self.top_value is not None and how in ("SUM", "AVERAGE"):
+            self._aggregate(None, how, out, self._top_walk(x.reshape(-1), self.top_value).reshape(1, -1))
         elif n <= self.chunk_rows:
             self._aggregate(self._leaves_walk(x), how, out)
         else:
@@ -197,6 +257,12 @@ class Forest:
         """[rows, trees] reached leaves, all trees advanced one level at a time (x: a contiguous chunk)."""
         rows, f = x.shape
         thresholds = self.threshold2[x.dtype]
+        if rows == 1 and self.top is not None:
+            levels = self.top[0]
+            node = self._top_walk(x.reshape(-1))
+            if levels == self.depth:
+                return node.reshape(1, -1)
+            return self._row_walk(x.reshape(-1), 2 * node, levels, thresholds).reshape(1, -1)
         roots = self.roots
         # level 0: every row at the roots
         v = x.take(self.root_feature, axis=1)
@@ -205,13 +271,8 @@ class Forest:
             return self.next_node.take(self.roots_doubled + cond)
         idx = self.next_doubled.take(self.roots_doubled + cond)
         flat = x.reshape(-1)
-        if rows == 1:      # tiny arrays: fewer calls matter more than allocations
-            for level in range(1, self.depth):
-                # indices are in range by construction: mode="clip" skips the bounds checks
-                v = flat.take(self.feature2.take(idx, mode="clip"), mode="clip")
-                idx += self.test(v, thresholds.take(idx, mode="clip"), lambda table, idx=idx: table.take(idx // 2))
-                idx = (self.next_node if level == self.depth - 1 else self.next_doubled).take(idx, mode="clip")
-            return idx
+        if rows == 1:
+            return self._row_walk(flat, idx, 1, thresholds)
         row = (np.arange(rows, dtype=np.intp) * f)[:, None]
         at_feature = np.empty((rows, self.n_trees), np.intp)
         value = np.empty((rows, self.n_trees), x.dtype)
@@ -225,6 +286,16 @@ class Forest:
             flat.take(at_feature, out=value, mode="clip")
             thresholds.take(idx, out=threshold, mode="clip")
             idx += self.test(value, threshold, lambda table, idx=idx: table.take(idx // 2), out=cond)
+            idx = (self.next_node if level == self.depth - 1 else self.next_doubled).take(idx, mode="clip")
+        return idx
+
+    def _row_walk(self, flat: np.ndarray, idx: np.ndarray, level: int, thresholds: np.ndarray) -> np.ndarray:
+        """One row (flat [F]) from level `level` down: idx the doubled nodes reached there -> the leaves.
+        Tiny arrays: fewer calls matter more than allocations."""
+        for level in range(level, self.depth):
+            # indices are in range by construction: mode="clip" skips the bounds checks
+            v = flat.take(self.feature2.take(idx, mode="clip"), mode="clip")
+            idx += self.test(v, thresholds.take(idx, mode="clip"), lambda table, idx=idx: table.take(idx // 2))
             idx = (self.next_node if level == self.depth - 1 else self.next_doubled).take(idx, mode="clip")
         return idx
 
@@ -258,13 +329,15 @@ class Forest:
         self.all_targets_in_order = self.group_targets.tolist() == list(range(self.k)) and firsts.size \
             and firsts[0] == 0
 
-    def _aggregate(self, leaves: np.ndarray, how: str, out: np.ndarray) -> None:
-        """Add the reached leaves' weights ([rows, trees] node indices) into out [rows, K] (zeros)."""
+    def _aggregate(self, leaves: np.ndarray | None, how: str, out: np.ndarray, values=None) -> None:
+        """Add the reached leaves' weights ([rows, trees] node indices) into out [rows, K] (zeros); values:
+        the leaves' values when already gathered (SUM, AVERAGE with one value per node)."""
         if how in ("SUM", "AVERAGE"):
             if self.value is not None:
                 if self.group_starts.size == 0:
                     return
-                values = self.value.take(leaves)
+                if values is None:
+                    values = self.value.take(leaves)
                 if self.group_starts.size == 1:
                     out[:, self.group_targets[0]] = values[:, self.group_starts[0]:].sum(axis=1)
                 elif self.all_targets_in_order:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...registry import kernel
-from ._common import binary_scores, class_labels, features_2d, transform_name
+from ._common import binary_scores, class_labels, features_2d, label_picker, transform_name
 from ._common import post_transform as apply_transform
 from .forest import AGGREGATES, LEAF, MEMBER, MODE_NAMES, Forest
 
@@ -221,12 +221,13 @@ def _tree_classifier(*, base_values, class_ids, class_nodeids, class_treeids, cl
             return labels[np.where(s > cut, 1, 0)], binary_scores(s, transform, positive).astype(np.float32)
         return run_binary
     base = _base(base, k)
+    pick = label_picker(labels)
 
     def run(x):
         scores = forest.scores(features_2d(x), "SUM")
         scores += base
         top = scores.argmax(axis=1) if k else np.zeros(len(scores), np.int64)
-        return labels.take(top), apply_transform(transform, scores).astype(np.float32)
+        return pick(top), apply_transform(transform, scores).astype(np.float32)
     return run
 
 

@@ -132,6 +132,7 @@ def tfidf_vectorizer_9(*, max_gram_length, max_skip_count, min_gram_length, mode
     pool = _Pool(pool_strings if strings else pool_int64s, ngram_counts, ngram_indexes,
                  [1.0] * len(ngram_indexes) if weights is None else weights, strings)
     width = max(ngram_indexes, default=-1) + 1
+    spare_slots = np.append(pool.slots, width)     # read at -1 (no pool n-gram): the spare slot past the row
     # (n, skip) pairs to look for; a 1-gram has no skip
     searches = [(n, s) for n in range(min_gram_length, max_gram_length + 1) if n in pool.lengths
                 for s in range(max_skip_count + 1 if n > 1 else 1)]
@@ -144,13 +145,19 @@ def tfidf_vectorizer_9(*, max_gram_length, max_skip_count, min_gram_length, mode
             raise InvalidValueError(f"X must be 1-D or 2-D, got shape {list(X.shape)}")
         rows = X.reshape(1 if X.ndim == 1 else X.shape[0], X.shape[-1])
         n_rows, length = rows.shape
-        size = n_rows * width
-        out = np.zeros(size, dtype=np.float32)
+        shape = (width,) if X.ndim == 1 else (n_rows, width)
         if rows.size:
             ids = pool.ids(rows)
             found = [pool.numbers(ids, n, s) for n, s in searches if (n - 1) * (s + 1) < length]
             if found:
                 number = np.concatenate(found, axis=1) if len(found) > 1 else found[0]
+                if n_rows == 1 and mode == "TF":
+                    # batch 1 counts: a missing n-gram (-1) counts in a spare slot past the row, dropped;
+                    # bincount's integer counts as float32 are what the float32 adds of 1 count (exact
+                    # below 2**24), in 3 numpy calls fewer than a filter, zeros and an add.at (~3 us on
+                    # a 12-token row, under load)
+                    counts = np.bincount(spare_slots.take(number.reshape(-1)), minlength=width + 1)
+                    return counts[:width].astype(np.float32).reshape(shape)
                 if n_rows == 1:                    # batch 1: no row numbers to find
                     gram = number[number >= 0]
                     if mode == "IDF":              # each n-gram found in a row counts once
@@ -164,6 +171,8 @@ def tfidf_vectorizer_9(*, max_gram_length, max_skip_count, min_gram_length, mode
                         row, gram = np.divmod(pairs, pool.size)
                     where = row * width + pool.slots.take(gram)
                 # float32 adds of small counts (and of weights: what onnxruntime adds) into the zeros
+                out = np.zeros(n_rows * width, dtype=np.float32)
                 np.add.at(out, where, 1.0 if mode == "TF" else pool.weights.take(gram))
-        return out.reshape(width) if X.ndim == 1 else out.reshape(n_rows, width)
+                return out.reshape(shape)
+        return np.zeros(shape, dtype=np.float32)
     return run
