@@ -11,7 +11,9 @@ import re
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
+import onnx_mini
 from onnx_mini.errors import InvalidNodeError, KernelError
 
 from helpers import NODE, assert_same, i64, np_type, run_node, type_matrix, versions
@@ -143,6 +145,30 @@ def test_reduce_axes_input_forms():
         assert_same(run_node("ReduceSum", 13, [x, axes]), exp)
     # the axes of an attribute in any order
     assert_same(run_node("ReduceSum", 11, [x], axes=[2, 0], keepdims=0), x.sum(axis=(0, 2)))
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMax", "ReduceL2"])
+def test_reduce_constant_axes_input(op):
+    """axes as an initializer (read once per input rank): the same prepared model on inputs of rank 2
+    and 3, an out-of-range constant axis failing at run time naming the node."""
+    node = helper.make_node(op, ["x", "axes"], ["y"], name=NODE, keepdims=0)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.INT64, None)],
+                              [helper.make_tensor_value_info("y", TensorProto.INT64, None)],
+                              [numpy_helper.from_array(i64([-1]), "axes")])
+    model = onnx_mini.prepare(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9))
+    for shape in ((1, 257), (2, 3, 4), (1, 257)):
+        x = (np.arange(math.prod(shape)) % 7 - 3).reshape(shape).astype(np.int64)
+        exp = ref_reduce(op, x, [-1], False)
+        (got,) = model.run({"x": x})
+        assert_same(got, exp)
+    bad = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.INT64, None)],
+                            [helper.make_tensor_value_info("y", TensorProto.INT64, None)],
+                            [numpy_helper.from_array(i64([1]), "axes")])
+    bad_model = onnx_mini.prepare(helper.make_model(bad, opset_imports=[helper.make_opsetid("", 18)], ir_version=9))
+    ones = np.ones((2, 3), np.int64)
+    assert_same(bad_model.run({"x": ones})[0], ref_reduce(op, ones, [1], False))
+    with pytest.raises(KernelError, match=re.compile(f"{NODE}.*out of range", re.S)):
+        bad_model.run({"x": np.ones(3, np.int64)})
 
 
 def test_noop_sum_returns_input_values():

@@ -71,20 +71,21 @@ def _highest(dtype: np.dtype):
 # (None or a tuple; never empty-set reductions: those are filled with `identity`), keeping x's type.
 
 
+# (the ufuncs' reduce: what np.sum / np.prod / np.max / np.min call, without their Python layer, ~1.5 us)
 def _sum(x, axes, keepdims):
-    return np.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
+    return np.add.reduce(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
 
 
 def _prod(x, axes, keepdims):
-    return np.prod(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
+    return np.multiply.reduce(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
 
 
 def _max(x, axes, keepdims):
-    return np.max(x, axis=axes, keepdims=keepdims)
+    return np.maximum.reduce(x, axis=axes, keepdims=keepdims)
 
 
 def _min(x, axes, keepdims):
-    return np.min(x, axis=axes, keepdims=keepdims)
+    return np.minimum.reduce(x, axis=axes, keepdims=keepdims)
 
 
 def _count(shape, axes) -> int:
@@ -188,12 +189,25 @@ def _register(op: str, reduce: _Reduction, attribute_versions: tuple, input_vers
             return lambda data: reduce(data, None, keep)
         return lambda data: reduce(data, reduce_axes(fixed, data.ndim), keep)
 
-    def axes_input(*, keepdims=1, noop_with_empty_axes=0):
+    def axes_input(*, keepdims=1, noop_with_empty_axes=0, _constants=None):
         keep, noop = bool(keepdims), bool(noop_with_empty_axes)
 
         def run(data, axes=None):
             return reduce(data, reduce_axes(axes, data.ndim, noop), keep)
-        return run
+        if (_constants or {}).get(1) is None:
+            return run
+        # constant axes (the usual case): read once per rank, not per call (a decoder's ReduceSum of 257
+        # values: ~5 against ~3 us here)
+        fixed, by_rank = _constants[1], {}
+
+        def run_fixed(data, axes=None):
+            if axes is not fixed:
+                return run(data, axes)
+            ax = by_rank.get(data.ndim, by_rank)
+            if ax is by_rank:
+                ax = by_rank[data.ndim] = reduce_axes(fixed, data.ndim, noop)
+            return reduce(data, ax, keep)
+        return run_fixed
 
     axes_attribute.__name__ = f"{op}_{attribute_versions[0]}"
     axes_input.__name__ = f"{op}_{input_versions[0]}"

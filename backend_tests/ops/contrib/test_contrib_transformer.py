@@ -1121,6 +1121,43 @@ def test_group_query_attention_constant_caches_across_threads():
                 np.testing.assert_array_equal(a, w)
 
 
+@pytest.mark.parametrize("interleaved", [0, 1])
+@pytest.mark.parametrize("s", [1, 2])
+def test_group_query_attention_constant_full_width_rotation(interleaved, s):
+    """cos/sin caches as initializers of the full head width (a decoder's usual case: the rotation is made
+    from tables prepared once): bit for bit the result with the caches fed (RotaryEmbedding's rotation),
+    and the reference; a position past the cache is still a clear error."""
+    ang = np.arange(12)[:, None] * 10000.0 ** (-np.arange(0, GH, 2) / GH)
+    cos, sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+    attrs = dict(num_heads=GN, kv_num_heads=GK, do_rotary=1, rotary_interleaved=interleaved)
+    node = helper.make_node("GroupQueryAttention", ["qkv", "", "", "pk", "pv", "lens", "total", "cos", "sin"],
+                            ["y", "k_out", "v_out"], name="the_node", domain=MS, **attrs)
+    F, I = TensorProto.FLOAT, TensorProto.INT32
+    graph = helper.make_graph(
+        [node], "gqa", [helper.make_tensor_value_info("qkv", F, None), helper.make_tensor_value_info("pk", F, None),
+                        helper.make_tensor_value_info("pv", F, None), helper.make_tensor_value_info("lens", I, None),
+                        helper.make_tensor_value_info("total", I, [])],
+        [helper.make_tensor_value_info(n, F, None) for n in ("y", "k_out", "v_out")],
+        [helper.make_tensor("cos", F, cos.shape, cos.ravel()), helper.make_tensor("sin", F, sin.shape, sin.ravel())])
+    model = onnx_mini.prepare(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                                      helper.make_opsetid(MS, 1)], ir_version=9))
+    for lens, batch in (([6, 6], B), ([6, 4], B), ([6, 6], 1)):    # batch 1: one position when s is 1
+        q, k, v, pk, pv, ln, total = (x[:batch] if x.ndim else x for x in _gqa(s, 6, lens, seed=50))
+        qkv = np.concatenate([q, k, v], -1)
+        got = model.run({"qkv": qkv, "pk": pk, "pv": pv, "lens": ln, "total": total})
+        fed = ms("GroupQueryAttention", [qkv, None, None, pk, pv, ln, total, cos, sin], 3, **attrs)
+        for a, w in zip(got, fed):
+            np.testing.assert_array_equal(a, w)
+        ref = gqa_ref(q, k, v, pk, pv, ln, s, False, cos=cos.astype(np.float64), sin=sin.astype(np.float64),
+                      interleaved=bool(interleaved))
+        for a, r in zip(got, ref):
+            close(a, r, tol=1e-5)
+    for batch in (B, 1):
+        q, k, v, pk, pv, ln, total = (x[:batch] if x.ndim else x for x in _gqa(s, 12, [12, 11], seed=50))
+        with raises_naming_node(KernelError, "positions up to 12 exceed the 12 rows of cos_cache"):
+            model.run({"qkv": np.concatenate([q, k, v], -1), "pk": pk, "pv": pv, "lens": ln, "total": total})
+
+
 def test_decoder_layer_end_to_end():
     """A decoder layer as onnxruntime's model builder writes it (float weights): SkipSimplifiedLayerNorm ->
     MatMul (packed QKV) -> GroupQueryAttention with rotary and a KV cache -> MatMul ->

@@ -25,6 +25,13 @@ def _skip_sum(x, skip, bias, ct):
     return s
 
 
+def rms_inverse(sq: np.ndarray, axes, count: int, eps: float) -> np.ndarray:
+    """1 / sqrt(mean(x^2) + eps) over axes (kept) from sq = x * x: np.add.reduce / count is np.mean's own
+    arithmetic without its Python layer (~4 us less). (The steps after it on fresh arrays: with out= a
+    tiny array's ufunc call is slower, ~2.9 against ~1.6 us here.)"""
+    return 1 / np.sqrt(np.add.reduce(sq, axis=axes, keepdims=True) / count + sq.dtype.type(eps))
+
+
 def _vector(p, hidden: int, what: str) -> None:
     if p is not None and p.shape != (hidden,):
         raise InvalidValueError(f"{what} must have shape [{hidden}] (hidden size), got {list(p.shape)}")
@@ -90,8 +97,8 @@ def skip_simplified_layer_normalization_1(*, epsilon=1e-12, _n_outputs=1):
         _vector(bias, hidden, "bias")
         ct = _ct(dt)
         s = _skip_sum(input, skip, bias, ct)
-        sq = s * s      # np.add.reduce / n is np.mean's own arithmetic, without its Python layer
-        inv = 1 / np.sqrt(np.add.reduce(sq, axis=-1, keepdims=True) / max(s.shape[-1], 1) + ct.type(eps))
+        sq = s * s
+        inv = rms_inverse(sq, -1, max(s.shape[-1], 1), eps)
         y = np.multiply(s, inv, out=sq)
         y *= _f(gamma, ct)
         return _outputs(_n_outputs, y, dt, lambda: np.zeros(inv.shape, F32), inv, s)

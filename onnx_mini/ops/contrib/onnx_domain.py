@@ -11,11 +11,14 @@ kernel registered for a version not above it, so these are reached only where on
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...registry import kernel
 from .._common import normalize_axis
 from ..nn.normalization import layer_normalization_17
+from .layer_norm import rms_inverse
 
 _STASH = {1: np.dtype(np.float32), 11: np.dtype(np.float64)}
 
@@ -41,8 +44,7 @@ def simplified_layer_normalization_1(*, axis=-1, epsilon=1e-5, stash_type=1, _n_
         cd = np.dtype(np.float64) if np.float64 in (x.dtype, scale.dtype, stash) else np.dtype(np.float32)
         xf = x.astype(cd, copy=False)
         axes = tuple(range(ax, x.ndim))
-        mean_sq = (xf * xf).mean(axis=axes, keepdims=True) if xf.size else np.zeros(x.shape[:ax] + (1,) * len(axes), cd)
-        inv = 1 / np.sqrt(mean_sq + cd.type(epsilon))
+        inv = rms_inverse(xf * xf, axes, max(math.prod(x.shape[ax:]), 1), epsilon)   # (empty: 1 / sqrt(eps))
         y = np.asarray(xf * inv * scale.astype(cd, copy=False)).astype(scale.dtype, copy=False)
         return (y, inv.astype(stash, copy=False))[:_n_outputs]
 
