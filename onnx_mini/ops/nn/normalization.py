@@ -200,24 +200,45 @@ def layer_normalization_17(*, axis=-1, epsilon=1e-5, stash_type=1, _n_outputs=1)
         _broadcastable("Scale", scale, x.shape)
         if b is not None:
             _broadcastable("B", b, x.shape)
-        mean, d, var = _moments(rnd(x.astype(cd, copy=False)), tuple(range(ax, x.ndim)), rnd)
-        std = rnd(np.sqrt(rnd(var + epsilon)))
-        if d.dtype == x.dtype == scale.dtype and rnd is _same and (b is None or b.dtype == x.dtype):
+        same = x.dtype == cd == scale.dtype and rnd is _same and (b is None or b.dtype == cd)
+        if same and ax == x.ndim - 1 and x.size:
+            mean, d, var = _last_axis_moments(x)
+        else:
+            mean, d, var = _moments(rnd(x.astype(cd, copy=False)), tuple(range(ax, x.ndim)), rnd)
+        inv_std = rnd(1 / rnd(np.sqrt(rnd(var + epsilon))))      # the spec's Reciprocal, then Mul
+        if same:
             # everything in X's type: the same operations in place on d, our own buffer (three
             # fewer allocations; float32 [1, 128, 256]: 66 against 82 us, [1, 1, 896]: 22 against
             # 32 us, with the _broadcastable fast path; measured under load)
-            np.divide(d, std, out=d)
+            np.multiply(d, inv_std, out=d)
             np.multiply(d, scale, out=d)
             if b is not None:
                 np.add(d, b, out=d)
             y = d
         else:
-            y = _stage_two(rnd(d / std), x.dtype, scale, b)
+            y = _stage_two(rnd(d * inv_std), x.dtype, scale, b)
         if _n_outputs == 1:
             return (y,)
-        return (y, mean.astype(stash), rnd(1 / std).astype(stash))[:_n_outputs]
+        return (y, mean.astype(stash), inv_std.astype(stash))[:_n_outputs]
 
     return run
+
+
+def _last_axis_moments(x: np.ndarray):
+    """_moments over the last axis alone, the squared deviations summed by one dot product a row
+    (no d * d temporary; float32 [1, 128, 256]: ~5.6 against ~19 us for the square and the sum,
+    measured under load)."""
+    n = x.shape[-1]
+    mean = x.sum(axis=-1, keepdims=True) / n
+    d = np.subtract(x, mean)
+    return mean, d, (_vecdot(d, d) / n)[..., None]
+
+
+def _vecdot_einsum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.einsum("...i,...i->...", a, b)
+
+
+_vecdot = getattr(np, "vecdot", _vecdot_einsum)         # numpy >= 2.0
 
 
 @kernel("RMSNormalization", since=23)
