@@ -239,22 +239,33 @@ class SubPlan:
             base[s] = captured[p]
         plan, execute, n, at = self.plan, self._execute, len(self._input_slots), self._inputs_at
         tracing = TRACING.get()
-        # a hooked run: the hooked loop (the scope of the step running this body is fixed for the call)
-        hooked = () if tracing is None else (tracing.hook, (*tracing.scope, self.key))
         input_slots = self._input_slots
+        if tracing is not None or at is None:
+            # a hooked run (the scope of the step running this body is fixed for the call), or inputs
+            # in slots apart
+            hooked = () if tracing is None else (tracing.hook, (*tracing.scope, self.key))
 
-        def call(inputs: list) -> list:
-            if len(inputs) != n:       # a slice assignment would resize the slot list
+            def call(inputs: list) -> list:
+                if len(inputs) != n:       # a slice assignment would resize the slot list
+                    raise InvalidValueError(f"subgraph {self.name!r} takes {n} input(s), {len(inputs)} given")
+                slots = base.copy()
+                if at is not None:
+                    slots[at] = inputs
+                else:
+                    for s, v in zip(input_slots, inputs):
+                        slots[s] = v
+                inputs.clear()
+                return execute(plan, slots, *hooked)
+            return call
+
+        def plain(inputs: list) -> list:   # the usual case, per iteration: the least work
+            if len(inputs) != n:
                 raise InvalidValueError(f"subgraph {self.name!r} takes {n} input(s), {len(inputs)} given")
             slots = base.copy()
-            if at is not None:
-                slots[at] = inputs
-            else:
-                for s, v in zip(input_slots, inputs):
-                    slots[s] = v
+            slots[at] = inputs
             inputs.clear()
-            return execute(plan, slots, *hooked)
-        return call
+            return execute(plan, slots)
+        return plain
 
     def __repr__(self) -> str:
         return (f"SubPlan({self.name!r}, inputs={self.input_names}, outputs={self.output_names}, "

@@ -117,7 +117,9 @@ def build_plan(graph: Graph, opsets: dict[str, int], functions: dict[tuple[str, 
     if missing:
         raise GraphError(f"graph outputs never produced: {', '.join(map(repr, missing))}")
     output_slots = [slots[v.name] for v in graph.outputs]
-    steps = _with_frees(steps, keep=set(output_slots) | constant)
+    # outer-scope values are held by the body's caller for the whole call: freeing their slots after
+    # each body run would gain nothing and cost a store per iteration
+    steps = _with_frees(steps, keep=set(output_slots) | constant | {slots[name] for name in outer_scope})
     return Plan(steps, infos, template, inputs, [v.name for v in graph.outputs], output_slots, names,
                 [v.type for v in graph.outputs], graph, uses_blas=uses_blas)
 

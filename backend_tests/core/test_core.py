@@ -154,6 +154,33 @@ def test_constant_subgraph_is_folded_and_intermediates_are_freed():
     assert len(unopt.plan.steps) == 4
 
 
+def test_steps_of_every_arity_run_and_free_their_slots():
+    # the executor calls steps of 1 to 3 inputs directly and the rest through an argument list; each
+    # frees the slots whose last reader it is (none, one or several)
+    nodes = [helper.make_node("Where", ["c", "x", "z"], ["w"]),               # 3 inputs, frees c
+             helper.make_node("Sum", ["w", "x", "z", "w"], ["s"]),            # 4 inputs, frees w, x, z
+             helper.make_node("Split", ["s"], ["s0", "s1"], axis=0),          # 2 outputs
+             helper.make_node("Neg", ["s0"], ["n"]),                          # 1 input
+             helper.make_node("Mul", ["n", "s1"], ["y"])]                     # 2 inputs
+    m = model(nodes, [("c", TensorProto.BOOL, [2]), ("x", F, [2]), ("z", F, [2])], [("y", F, [1])], opset=17)
+    rep = onnx_mini.prepare(m, optimize=False)
+    feeds = [np.array([True, False]), np.array([1, 2], np.float32), np.array([10, 20], np.float32)]
+    slots = bind_inputs(rep.plan, feeds)
+    (y,) = execute(rep.plan, slots)
+    # w = [1, 20]; s = w + x + z + w = [1+1+10+1, 20+2+20+20] = [13, 62]; y = -13 * 62
+    assert y.tolist() == [-13 * 62]
+    live = [rep.plan.slot_names[i] for i, v in enumerate(slots) if v is not None]
+    assert live == ["y"] and slots[0] is None      # every intermediate and input dropped; slot 0 stays None
+
+
+def test_kernel_error_of_a_three_input_step_names_it():
+    m = model([helper.make_node("Where", ["c", "x", "z"], ["y"], name="bad_where")],
+              [("c", TensorProto.BOOL, [2]), ("x", F, [3]), ("z", F, [2])], [("y", F, None)], opset=17)
+    with pytest.raises(KernelError) as e:
+        onnx_mini.prepare(m).run([np.array([True, False]), np.ones(3, np.float32), np.ones(2, np.float32)])
+    assert e.value.node == "bad_where" and "bool[2]" in str(e.value) and "float32[3]" in str(e.value)
+
+
 def test_kernel_error_names_node_op_version_and_inputs():
     m = model([helper.make_node("Reshape", ["x", "s"], ["y"], name="bad_reshape")],
               [("x", F, [6]), ("s", I64, [2])], [("y", F, None)], opset=14)
@@ -476,6 +503,19 @@ def test_subplans_are_built_at_prepare_only(choose_kernel, monkeypatch):
     for cond in (True, False, True):
         rep.run([np.array(cond), one, one, one])
     assert len(choose_kernel) == 1                                   # the factory ran once
+
+
+def test_body_steps_never_free_outer_values(choose_kernel):
+    # the caller holds the outer values for the whole call: a body's steps leave their slots alone
+    rep = onnx_mini.prepare(choose_model())
+    (then_b, else_b, _), = choose_kernel
+    for sub, names in ((then_b, ("a", "b")), (else_b, ("c",))):
+        outer = {sub.plan.slot_names.index(n) for n in names}
+        assert all(not outer & set(frees) for _, _, _, frees in sub.plan.steps)
+    a, b, c = (np.array(v, np.float32) for v in ([1, 2], [10, 20], [100, 200]))
+    for _ in range(2):
+        assert rep.run([np.array(True), a, b, c])[0].tolist() == [11, 22]
+        assert rep.run([np.array(False), a, b, c])[0].tolist() == [200, 400]
 
 
 def test_node_with_captures_is_never_folded(choose_kernel):

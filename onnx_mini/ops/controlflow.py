@@ -35,6 +35,8 @@ ALL_VERSIONS = (1, 11, 13, 16, 19, 21, 23, 24, 25)
 
 def _flag(value, what: str) -> bool:
     """A bool tensor holding exactly one element, as a Python bool."""
+    if value.__class__ is np.ndarray and value.dtype.kind == "b" and value.size == 1:
+        return value.item()       # (a Loop's condition, an If's: once per iteration)
     if not isinstance(value, np.ndarray) or value.dtype.kind != "b":
         raise InvalidValueError(f"{what} must be a bool tensor, got "
                                 f"{value.dtype if isinstance(value, np.ndarray) else type(value).__name__}")
@@ -202,6 +204,7 @@ def loop_1(*, body, _n_inputs, _n_outputs):
         # while loop as exporters write it), they are lists, counted as they grow.
         grid = (end,) if limit is not None and limit <= cap else None
         scans = [_Rows(k, grid, max_bytes=max_bytes) for k in range(n_scan)]
+        puts = [(rows.put, first_scan + k) for k, rows in enumerate(scans)]
         call = body.runner(captured)
         true = np.array(True)
         true.flags.writeable = False
@@ -217,8 +220,8 @@ def loop_1(*, body, _n_inputs, _n_outputs):
             out = call(values)
             c = out[0]
             keep_going = c is true or _flag(c, "the condition the body returns")
-            for k, rows in enumerate(scans):
-                rows.put(i, out[first_scan + k])
+            for put, at in puts:
+                put(i, out[at])
             i += 1
             if keep_going:
                 del out[first_scan:]
@@ -352,13 +355,15 @@ def _scan_9_factory(body, m, in_axes, in_dirs, out_axes, out_dirs, n_inputs, n_o
             seqs.append(_elements(v))
         call = body.runner(captured)
         scans = [_Rows(k, (length,)) for k in range(k_out)]
+        # per scan output: where its rows go (its put), its place among the body's outputs, reversed
+        puts = [(rows.put, n + k, out_dirs[k]) for k, rows in enumerate(scans)]
         last = length - 1
         values = list(states)
         for t, elems in enumerate(zip(*seqs)):
             values += elems
             out = call(values)
-            for k, rows in enumerate(scans):
-                rows.put(last - t if out_dirs[k] else t, out[n + k])
+            for put, at, reverse in puts:
+                put(last - t if reverse else t, out[at])
             del out[n:]
             values = out              # the states, the next inputs
         results = []

@@ -97,6 +97,28 @@ def test_arith_legacy_bad_broadcast(op, version, sb, axis):
         run_node(op, version, [np.ones((2, 3, 4, 5), np.float32), np.ones(sb, np.float32)], **attrs)
 
 
+# Operands of one size and ranks one apart (a batch-1 bias) take a fast path in the kernel (a leading 1
+# added as a view): the result must be broadcasting's, shape included, in either operand order.
+@pytest.mark.parametrize("op", ARITH + ["Pow"])
+@pytest.mark.parametrize("sa,sb", [((1, 3), (3,)), ((3,), (1, 3)), ((1, 1, 3), (1, 3)), ((3, 1), (3,)),
+                                   ((3,), (3, 1)), ((1,), ()), ((), (1,)), ((1, 0), (0,))])
+def test_arith_same_size_ranks_one_apart(op, sa, sb):
+    a = arr((np.arange(math.prod(sa)) + 2.0).reshape(sa), np.float32)            # 2, 3, 4
+    b = arr((np.arange(math.prod(sb)) % 2 + 1.0).reshape(sb), np.float32)        # 1, 2, 1: exact results
+    out = run(op, versions(op)[-1], [a, b])
+    fa, fb = np.broadcast_arrays(a.astype(np.float64), b.astype(np.float64))      # the spec's broadcasting
+    expected = np.array([PY[op](x, y) for x, y in zip(fa.ravel().tolist(), fb.ravel().tolist())],
+                        np.float32).reshape(fa.shape)
+    assert_same(out, expected)
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div"])
+def test_same_size_shapes_that_do_not_broadcast_are_named_as_given(op):
+    # [2, 3] and [6]: one size, ranks one apart, but no broadcast: the message names the shapes given
+    with pytest.raises(KernelError, match=re.compile(r"the_node.*\[2, 3\] and \[6\] do not broadcast", re.S)):
+        run_node(op, versions(op)[-1], [np.ones((2, 3), np.float32), np.ones(6, np.float32)])
+
+
 @pytest.mark.parametrize("op", ARITH + ["Mod", "Pow", "Max", "Min", "Sum", "Mean"])
 @pytest.mark.parametrize("sb", [(4,), (2, 1, 3), (2, 3, 4, 2)])
 def test_shapes_that_do_not_broadcast(op, sb):
