@@ -278,6 +278,8 @@ def tensor_to_array(t: TensorProto, raw=None, *, copy: bool = True) -> np.ndarra
         arr = np.frombuffer(raw, dtype=le)
         if copy or arr.dtype != dtype:
             arr = arr.astype(dtype, copy=True)
+        elif arr.dtype is not dtype:    # '<f4' equals float32 but is another object: kernels' `is` checks miss it
+            arr = arr.view(dtype)
         if elem == _T.BOOL and arr.size and arr.view(np.uint8).max() > 1:  # only 0/1 are booleans
             arr = arr.view(np.uint8) != 0
         return arr.reshape(dims)

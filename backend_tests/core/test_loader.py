@@ -365,3 +365,13 @@ def test_external_data_of_300_mb_is_mapped_not_copied(tmp_path):
     assert (int(size), float(value)) == (n, 1.0)
     assert int(loaded) < 0.1 * n * 4, f"loading grew peak RSS by {int(loaded) / 2**20:.0f} MiB"
     assert int(touched) < 1.3 * n * 4, f"reading grew peak RSS by {int(touched) / 2**20:.0f} MiB"
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64, np.int64, np.float16, np.uint8])
+def test_raw_data_arrays_carry_the_canonical_dtype_object(dt):
+    """raw_data is read as little-endian ('<f4'), which equals float32 but is another object: the loader
+    hands out the canonical one, so kernels' `a.dtype is b.dtype` fast paths hold for weights too."""
+    import onnx.numpy_helper as nh
+    a = dtypes.tensor_to_array(nh.from_array(np.arange(6).astype(dt).reshape(2, 3), "w"))
+    assert a.dtype is np.dtype(dt)
+    np.testing.assert_array_equal(a, np.arange(6).astype(dt).reshape(2, 3))
