@@ -84,9 +84,9 @@ def test_chain_is_one_lookup_bit_for_bit(chain, codes, out, qp):
     s_in, z_in, s_out, z_out = qp
     shift = lambda z, dt: z if dt == np.uint8 else z - 128     # the same zero points in int8's range
     m = qdq(CHAINS[chain], codes, s_in, shift(z_in, codes), s_out, shift(z_out, out), out, shape=(2, 128, 256))
-    same_as_written(m, codes, (2, 128, 256))       # 65536 values: looked up two codes at a time
+    same_as_written(m, codes, (2, 128, 256))       # 65536 values, every code
     same_as_written(qdq(CHAINS[chain], codes, s_in, shift(z_in, codes), s_out, shift(z_out, out), out,
-                        shape=(257,)), codes, (257,))     # odd size: code by code
+                        shape=(257,)), codes, (257,))     # an odd size
 
 
 def test_values_by_hand():
@@ -169,3 +169,20 @@ def test_wrong_code_type_fed_is_an_error_naming_the_node():
     opt = onnx_mini.prepare(qdq(CHAINS["HardSwish"]))
     with pytest.raises(onnx_mini.errors.OnnxMiniError, match="LookupTable|int8"):
         opt.run({"x": np.zeros((4, 3, 64), np.int8)})
+
+
+@pytest.mark.parametrize("codes", [np.uint8, np.int8], ids=["uint8", "int8"])
+def test_lookup_kernel_on_views_scalars_and_empty(codes):
+    """The kernel itself: y[i] = table[x[i]'s bits as uint8] on a strided view, a 0-d and an empty
+    input, the result a fresh writable array of the table's type and x's shape."""
+    from onnx_mini.ops.fused import fused_lookup_table
+    table = ((np.arange(256) * 7 + 3) % 256).astype(np.uint8).view(np.int8)     # int8 output codes
+    run = fused_lookup_table(codes=np.dtype(codes).name, _constants={1: table})
+    x = all_codes(codes, (16, 32))
+    for v in (x, x.T, x[::3, 1::2], x[2, 5].reshape(()), x[:0]):
+        y = run(v, table)
+        assert y.dtype == np.int8 and y.shape == v.shape and y.flags.writeable
+        np.testing.assert_array_equal(y.view(np.uint8).astype(np.int64),
+                                      (v.view(np.uint8).astype(np.int64) * 7 + 3) % 256)
+    with pytest.raises(onnx_mini.errors.InvalidValueError):
+        run(x.astype(np.int16), table)

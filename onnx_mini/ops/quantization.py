@@ -367,6 +367,24 @@ def dynamic_quantize_linear_11():
             y = np.zeros(x.shape, _U8)
         else:
             zp = np.uint8(np.clip(np.rint(-lo / scale), 0, 255))
-            y = quantize_array(x / scale, _U8, np.asarray(zp), scratch=True)
+            y = _dynamic_quantize(x, scale, zp, lo, hi)
         return y, np.asarray(scale, _F32), np.asarray(zp, _U8)
     return run
+
+
+def _dynamic_quantize(x: np.ndarray, scale: np.float32, zp: np.uint8, lo: np.float32, hi: np.float32):
+    """saturate(round(x / scale) + zp) as uint8. x / scale is monotone in x, so when the bounds lo <= min(x)
+    and hi >= max(x) land in [0, 255] no element needs the clip (the usual case: zp is -round(lo / scale),
+    only ties at both ends reach 256); NaN or infinite bounds fail the test and take the full path.
+    Skipping the clip: 80 against 110 us on [1, 128, 1024] (a pass of 24 us; measured under load)."""
+    q = as_array(np.divide(x, scale))     # 0-d: numpy gives a scalar
+    y = np.empty(x.shape, _U8)
+    if np.rint(lo / scale) + int(zp) >= 0 and np.rint(hi / scale) + int(zp) <= 255:
+        rounder, bits = _ROUNDER[_F32]
+        q += rounder                        # _round_saturate_into's steps 2-4, without its clip
+        np.copyto(y, q.view(bits), casting="unsafe")
+        if zp:
+            y += zp
+    else:
+        _round_saturate_into(q, y, np.asarray(zp))
+    return y

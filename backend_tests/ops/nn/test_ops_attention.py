@@ -673,3 +673,33 @@ def test_causal_conv_errors(ins, attrs, error, words):
     with pytest.raises(error) as info:
         run_node("CausalConvWithState", 27, ins(), n_outputs=2, **attrs)
     assert NODE in str(info.value) and words in str(info.value), str(info.value)
+
+
+# -- the optimiser's fused Attention (softmax without the max shift when the row sums allow it) --------
+
+def fused_ref(q, k, v, mask, c):
+    """softmax(q k / c + mask) v in float64, shifted by each row's maximum (rows of -inf give NaN)."""
+    s = np.matmul(q.astype(np.float64), k.astype(np.float64)) / c + mask
+    with np.errstate(invalid="ignore"):
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        return np.matmul(e / e.sum(axis=-1, keepdims=True), v.astype(np.float64))
+
+
+@pytest.mark.parametrize("case", ["plain", "overflow", "far_below", "masked_row"])
+def test_fused_attention_softmax_paths(case):
+    from onnx_mini.ops.fused import fused_attention
+    q, k, v = (rnd(s, i).astype(np.float32) for i, s in enumerate([(1, 2, 4, 8), (1, 2, 8, 6), (1, 2, 6, 8)]))
+    mask = np.zeros((1, 1, 4, 6), np.float32)
+    if case == "overflow":          # exp(scores) overflows float32: the shifted path
+        q *= 300
+    elif case == "far_below":       # one row's terms all below exp's normal range: the shifted path
+        mask[..., 1, :] = -200
+    elif case == "masked_row":      # a row of -inf: NaN, as Softmax's nodes give
+        mask[..., 2, :] = -np.inf
+    got = fused_attention(scale=2.0, divide=1)(q, k, v, mask)
+    exp = fused_ref(q, k, v, mask, 2.0)
+    assert got.dtype == np.float32 and got.shape == (1, 2, 4, 8)
+    if case == "masked_row":
+        assert np.isnan(got[:, :, 2]).all()
+        got, exp = np.delete(got, 2, axis=2), np.delete(exp, 2, axis=2)
+    close(got, exp)
