@@ -171,12 +171,17 @@ def fused_conv(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
         return y
     general = _with(run, _finisher(activation, activation_params))
 
+    def activate(y, i0, i1):
+        act(y)
+
     def per_image(x, w, b=None, z=None):
         # float32/64 with the residual of the output's shape (or broadcasting along the images): the
         # residual and activation go image by image inside the convolution, while cache-hot
         if (x.dtype not in _INPLACE or w.dtype != x.dtype or (z is not None and (z.dtype != x.dtype
                                                                                 or z.ndim != x.ndim))):
             return general(x, w, b, z)
+        if z is None and act is not None:       # the activation alone (no closure made per call)
+            return convolution(x, w, b, epilogue=activate)
         whole = z is not None and z.shape[0] == x.shape[0]
 
         def epilogue(y, i0, i1):
@@ -242,8 +247,14 @@ def _add_into(y, z, inputs):
 @kernel("Gemm", since=1, domain=FUSED_DOMAIN, multi_output=False, heavy=True)
 def fused_gemm(*, alpha=1.0, beta=1.0, transA=0, transB=0, activation="", activation_params=()):
     """Gemm (opset 7+ semantics), then the activation in place."""
-    return _with(gemm_11(alpha=alpha, beta=beta, transA=transA, transB=transB),
-                 _finisher(activation, activation_params))
+    gemm = gemm_11(alpha=alpha, beta=beta, transA=transA, transB=transB)
+    finish = _finisher(activation, activation_params)
+    if finish is None:
+        return gemm
+
+    def run(a, b, c=None):
+        return finish(gemm(a, b, c), None)     # Gemm's result is always a fresh buffer of its own
+    return run
 
 
 @kernel("MatMul", since=1, domain=FUSED_DOMAIN, multi_output=False, heavy=True)

@@ -12,7 +12,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from onnx_mini.errors import InvalidNodeError, KernelError
+from onnx_mini.errors import InvalidNodeError, InvalidValueError, KernelError
+from onnx_mini.ops.math.matmul import gemm_7, gemm_11
 
 from helpers import NODE, assert_same, np_type, run_node, run_op as run, small, type_matrix
 
@@ -156,6 +157,23 @@ def test_gemm_shape_errors():
         run_node("Gemm", 13, [np.ones((2, 3), np.float32), np.ones((4, 3), np.float32)])
     with pytest.raises(KernelError, match="2-D"):
         run("Gemm", 13, [np.ones((2, 3, 1), np.float32), np.ones((1, 3), np.float32)])
+
+
+@pytest.mark.parametrize("version", [7, 13])
+def test_gemm_checks_each_new_c_shape_on_one_kernel(version):
+    """One kernel called again and again (a model's runs): the shape of C is checked for every new pair
+    of C and product shapes, a shape it accepted before changes nothing for the next one."""
+    fn = gemm_11() if version == 13 else gemm_7(_n_inputs=3)
+    a, b = small("float", (2, 3), 23), small("float", (3, 4), 24)
+    for cshape in [(4,), (4,), (2, 1), (4,)]:
+        c = small("float", cshape, 25)
+        assert_same(fn(a, b, c), gemm_ref(a, b, c))
+    with pytest.raises(InvalidValueError, match="C of shape"):
+        fn(a, b, np.ones((3,), np.float32))
+    a1 = small("float", (1, 3), 26)           # the accepted (4,) C against another product shape
+    assert_same(fn(a1, b, small("float", (4,), 25)), gemm_ref(a1, b, small("float", (4,), 25)))
+    with pytest.raises(InvalidValueError, match="C of shape"):
+        fn(a1, b, np.ones((2, 4), np.float32))
 
 
 def test_gemm_empty():

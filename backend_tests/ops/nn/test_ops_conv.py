@@ -1203,6 +1203,8 @@ def test_strided_view_of_contiguous_and_other_arrays():
 @pytest.mark.parametrize("xs, ws, attrs", [
     ((1, 3, 7), (4, 3, 3), dict(pads=[1, 1], strides=[2])),                       # padded 1-D, strided
     ((1, 1, 40), (5, 1, 8), dict(strides=[4])),                                   # no padding: windows of X itself
+    ((1, 3, 30), (4, 3, 6), dict(pads=[2, 1], strides=[3])),                       # more outputs than by rows
+    ((1, 4, 30), (6, 2, 5), dict(group=2, strides=[2])),                           # ... in groups
     ((2, 4, 6, 5), (6, 2, 3, 2), dict(group=2, pads=[1, 0, 2, 1], strides=[2, 1], dilations=[1, 2])),
     ((1, 2, 3, 4, 5), (3, 2, 2, 2, 3), dict(pads=[0, 1, 1, 1, 0, 1], dilations=[2, 1, 1])),
 ])
@@ -1212,8 +1214,8 @@ def test_conv_im2col_columns_of_every_input_layout(monkeypatch, xs, ws, attrs, l
     strides (no padding: X itself is read) or read-only gives the direct loop's values, and the
     geometry is made once per input shape however many calls."""
     made = []
-    columns = im2col.Columns
-    monkeypatch.setattr(im2col, "Columns", lambda *a: made.append(a) or columns(*a))
+    for geometry in ("Columns", "Rows"):        # (a 1-D image with few outputs goes by rows)
+        monkeypatch.setattr(im2col, geometry, _counted(getattr(im2col, geometry), made))
     x, w, b = ints(xs), ints(ws), ints((ws[0],))
     if layout == "strided":         # same values, every other element of a wider array
         wide = np.zeros(xs[:-1] + (2 * xs[-1],), np.float32)
@@ -1241,3 +1243,104 @@ def test_conv_im2col_one_image_takes_the_fused_epilogue_after_the_bias():
     expected = np.array([[[0, 0, 0, 3.5], [0, 0, 1, 0]]], np.float32)
     assert_same(fn(x, w, b), expected)
     assert fn.algorithms == {(1, 1, 4): "im2col"}
+
+
+def _counted(cls, made):
+    """A subclass of im2col's Columns / Rows that records each geometry made (isinstance still works)."""
+    class Counted(cls):
+        __slots__ = ()
+
+        def __init__(self, *a):
+            made.append(a)
+            super().__init__(*a)
+    Counted.applies = cls.applies if hasattr(cls, "applies") else None
+    return Counted
+
+
+ROWS_CASES = [  # (id, x shape, w shape, attributes): one 1-D image, at most ROWS_MAX_OUTPUTS positions
+    ("dft-like", (1, 1, 40), (6, 1, 16), dict(strides=[8])),                      # 4 windows of X itself
+    ("padded", (1, 5, 3), (7, 5, 3), dict(pads=[1, 1])),                           # 3 outputs
+    ("strided-asym", (1, 4, 4), (3, 4, 3), dict(pads=[1, 2], strides=[2])),      # 3 outputs
+    ("one-output", (1, 6, 2), (4, 6, 3), dict(pads=[1, 0], strides=[2])),
+    ("kernel-past-input", (1, 2, 1), (3, 2, 3), dict(pads=[1, 1])),
+    ("window-in-padding", (1, 2, 1), (3, 2, 2), dict(pads=[0, 3], strides=[2])),   # 2nd output: B alone
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("constant", [True, False])
+@pytest.mark.parametrize("xs,ws,attrs", [pytest.param(*c[1:], id=c[0]) for c in ROWS_CASES])
+def test_conv_im2col_by_rows_against_direct_loop(monkeypatch, xs, ws, attrs, constant, dtype):
+    """A 1-D Conv of one image with few output positions: one matrix-vector product per position over
+    the channels-last windows, W's taps reordered once for a constant W (per call for a fed one); the
+    direct loop's sums, for the values of the same layer chained (its input a transposed view)."""
+    calls, reordered = [], []
+    conv_rows, rows_weights = im2col.conv_rows, im2col.rows_weights
+    monkeypatch.setattr(im2col, "conv_rows", lambda *a: calls.append(1) or conv_rows(*a))
+    monkeypatch.setattr(im2col, "rows_weights", lambda w: reordered.append(1) or rows_weights(w))
+    x, w, b = ints(xs).astype(dtype), ints(ws).astype(dtype), ints((ws[0],)).astype(dtype)
+    fn = conv.conv_1(**attrs, _constants={1: w, 2: b} if constant else {})
+    expected = conv_expected(x, w, b, **attrs)
+    for _ in range(3):
+        y = fn(x, w, b)
+        assert y.dtype == dtype
+        assert_same(y.astype(np.float32), expected.astype(np.float32))
+    assert len(calls) == 3 and len(reordered) == (1 if constant else 3)
+    assert fn.algorithms == {x.shape: "im2col"}
+    # the output (a transposed view of the products: read channels-last as it is) into the next Conv
+    w2 = ints((2, ws[0], 2)).astype(dtype)
+    y = fn(x, w, b)
+    assert_same(conv.conv_1(pads=[0, 1], _constants={1: w2})(y, w2).astype(np.float32),
+                conv_expected(expected, w2, pads=[0, 1]).astype(np.float32))
+    assert len(calls) == 5
+
+
+@pytest.mark.parametrize("xs,ws,attrs", [
+    ((1, 3, 12), (2, 3, 3), dict(pads=[1, 1])),            # 12 outputs: more than ROWS_MAX_OUTPUTS
+    ((2, 3, 3), (2, 3, 3), dict(pads=[1, 1])),             # two images
+    ((1, 4, 4), (2, 2, 3), dict(pads=[1, 1], group=2)),    # two groups
+    ((1, 3, 5), (2, 3, 2), dict(dilations=[2])),           # dilated
+    ((1, 2, 3, 3), (2, 2, 3, 3), dict(strides=[2, 2])),    # 2-D
+])
+def test_conv_im2col_by_rows_only_where_it_applies(monkeypatch, xs, ws, attrs):
+    calls = []
+    conv_rows = im2col.conv_rows
+    monkeypatch.setattr(im2col, "conv_rows", lambda *a: calls.append(1) or conv_rows(*a))
+    x, w = ints(xs), ints(ws)
+    fn = conv.conv_1(**attrs, _options={"conv_algorithm": "im2col"})
+    assert_same(fn(x, w), conv_expected(x, w, **attrs).astype(np.float32))
+    assert calls == []
+
+
+@pytest.mark.parametrize("constant", [True, False])
+def test_conv_im2col_by_rows_infinite_weight_on_the_padding(constant):
+    """The padded zeros are multiplied as the spec's zero padding has them (onnxruntime and onnx's
+    reference alike): an infinite tap gives NaN where it reads the padding, inf where it reads X."""
+    x = ints((1, 3, 3), lo=1, hi=3)
+    w = ints((2, 3, 3))
+    w[0, 1, 0] = np.inf                 # tap 0 of channel 1: the left padding at output 0 only
+    fn = conv.conv_1(pads=[1, 1], _constants={1: w} if constant else {})
+    y = fn(x, w)
+    expected = conv_expected(np.pad(x, ((0, 0), (0, 0), (1, 1))), w).astype(np.float32)   # zeros multiplied
+    assert np.isnan(y[0, 0, 0]) and np.isinf(y[0, 0, 1:]).all() and np.isfinite(y[0, 1]).all()
+    np.testing.assert_array_equal(y, expected)
+
+
+def test_conv_im2col_by_rows_another_w_than_the_constant():
+    """A shape that went by rows with the constant W, then a W fed in its place (same shape): that W's
+    sums, reordered for the call; then the constant again."""
+    x, w, other = ints((1, 4, 3)), ints((5, 4, 3)), ints((5, 4, 3))
+    fn = conv.conv_1(pads=[1, 1], _constants={1: w})
+    for weights in (w, w, other, w):
+        assert_same(fn(x, weights), conv_expected(x, weights, pads=[1, 1]).astype(np.float32))
+
+
+def test_conv_im2col_by_rows_by_hand():
+    """Two output positions by hand: X = [[1 2 3], [4 5 6]] (C=2, L=3) padded by one on the left, k=2,
+    stride 2: windows (0 | 1 2 ... ) -> columns [pad, x0], [x1, x2] of each channel."""
+    x = np.array([[[1, 2, 3], [4, 5, 6]]], np.float32)
+    w = np.array([[[1, 10], [100, 1000]]], np.float32)          # one output channel, (C=2, k=2)
+    fn = conv.conv_1(pads=[1, 0], strides=[2], _constants={1: w})
+    # position 0: taps at (pad, 1) and (pad, 4): 10*1 + 1000*4; position 1: (2, 3), (5, 6)
+    expected = np.array([[[10 + 4000, 2 + 30 + 500 + 6000]]], np.float32)
+    assert_same(fn(x, w), expected)

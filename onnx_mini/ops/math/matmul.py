@@ -36,10 +36,21 @@ def matmul(a: np.ndarray, b: np.ndarray, what: str = "matrix product") -> np.nda
 # -- MatMul --------------------------------------------------------------------------------------
 
 def _matmul_run(a, b):
-    same_type(a, b)
     dt = a.dtype
+    if dt is not b.dtype and dt != b.dtype:      # (the loader's weights have an equal dtype object: '<f4')
+        same_type(a, b)
     if dt in UPCAST:
         return as_array(matmul(a.astype(np.float32), b.astype(np.float32))).astype(dt)
+    if a.ndim == 2 and b.ndim == 2:
+        # matmul()'s rank checks and as_array are for 0-d and 1-D operands, blas.matmul's for products
+        # it may split: a product below its split size goes to numpy at once (~0.5 us of a 1x128x128
+        # product's 2.9 here; a Scan RNN step has two)
+        try:
+            if a.shape[0] * a.shape[1] * b.shape[1] < 2 * blas.MIN_PART_MACS:
+                return np.matmul(a, b)
+            return blas.matmul(a, b)
+        except ValueError:
+            raise _shapes_error(a, b) from None
     return as_array(matmul(a, b))
 
 
@@ -54,14 +65,16 @@ def _gemm(alpha: float, beta: float, trans_a: int, trans_b: int, c_check):
     """Y = alpha * A' @ B' + beta * C. c_check(C, (M, N)) validates C's shape for the version's rules
     (C may be None from 11 on). One matmul plus at most one scaled operand and one in-place add."""
     alpha, beta = float(alpha), float(beta)
+    c_fits = set()      # (C shape, product shape) pairs c_check accepted: a run checks a new pair only
 
     def run(a, b, c=None):
-        same_type(a, b)
-        if c is not None:
+        dt = a.dtype
+        if dt is not b.dtype:            # (equal dtypes are nearly always one object: no call)
+            same_type(a, b)
+        if c is not None and c.dtype is not dt:
             same_type(a, c)
         if a.ndim != 2 or b.ndim != 2:
             raise InvalidValueError(f"A and B must be 2-D, got shapes {list(a.shape)} and {list(b.shape)}")
-        dt = a.dtype
         low = dt in UPCAST
         if low:
             a, b = a.astype(np.float32), b.astype(np.float32)
@@ -74,15 +87,18 @@ def _gemm(alpha: float, beta: float, trans_a: int, trans_b: int, c_check):
             raise InvalidValueError(f"A' of shape {list(a.shape)} and B' of shape {list(b.shape)} cannot be "
                                     f"multiplied (transA={trans_a}, transB={trans_b})")
         shape = (a.shape[0], b.shape[1])
-        if c is not None:
+        if c is not None and (c.shape, shape) not in c_fits:
             c_check(c, shape)
+            if len(c_fits) < 16:
+                c_fits.add((c.shape, shape))
         is_float = a.dtype.kind == "f"
         if alpha != 1.0 and is_float:  # scale the smaller operand: alpha is folded in before the product
             if a.size <= b.size:        # (in place on the float32 copies of low-precision inputs)
                 a = np.multiply(a, alpha, out=a if low else None, dtype=a.dtype)
             else:
                 b = np.multiply(b, alpha, out=b if low else None, dtype=b.dtype)
-        y = blas.matmul(a, b)
+        # np.dot below blas.matmul's split size: ~1 us less a call than its checks (a [1,64] x [64,1] Gemm)
+        y = np.dot(a, b) if shape[0] * shape[1] * a.shape[1] < 2 * blas.MIN_PART_MACS else blas.matmul(a, b)
         if alpha != 1.0 and not is_float:  # integer types: scale the exact product, back to the type
             y = (y * alpha).astype(dt)
         if c is not None and beta != 0.0:

@@ -152,7 +152,7 @@ def recurrent(op, cell, *, direction, layout, hidden_size, activations, activati
         col = on_tuned and fast.column_form(Bn, H)
 
         # the input projection of every step and direction, one matmul: -> [T, D, B, G*H] (a view)
-        xp = fast.matmul_for(T * Bn * w.WT.size)(X.reshape(-1, I).astype(ct, copy=False), w.WT)
+        xp = fast.project(T * Bn * w.WT.size)(X.reshape(-1, I).astype(ct, copy=False), w.WT)
         if w.bias is not None:
             xp += w.bias
         xp = (xp.reshape(T, Bn, D, G * H).transpose(0, 2, 1, 3) if layout == 0
@@ -176,7 +176,8 @@ def recurrent(op, cell, *, direction, layout, hidden_size, activations, activati
         c = cn = spare = None
         if cell.has_cell:
             c = state(initial_c)
-            cn, spare = np.empty((2, *step_shape), ct)
+            pair = np.empty((2, *step_shape), ct)
+            cn, spare = pair[0], pair[1]        # (indexing: unpacking iterates, ~1 us more)
         ys = np.empty((T, *step_shape), ct)
         keep = full = None
         if lens is not None:
@@ -194,7 +195,8 @@ def recurrent(op, cell, *, direction, layout, hidden_size, activations, activati
         if not on_tuned:
             h, c = _loop(cell.general(w, acts, spec.clipper(clip), **cell_attrs), xp, ys, h, cs, keep, full)
         elif D == 1:
-            h, c = (v if v is None else v[None] for v in direction(0))
+            h, c = direction(0)
+            h, c = h[None], None if c is None else c[None]
         elif fast.split_directions(Bn, H, G):
             last = [None, None]
 

@@ -155,6 +155,13 @@ def matmul_for(macs):
     return blas.matmul if macs >= 2 * blas.MIN_PART_MACS else np.matmul
 
 
+def project(macs):
+    """matmul_for, as np.dot below the split size: the input projection is a 2-D product (np.dot ~0.6 us
+    less a call than np.matmul, as Form.product measured)."""
+    mm = matmul_for(macs)
+    return np.dot if mm is np.matmul else mm
+
+
 # 0.5 in each compute type: a Python float operand costs a conversion per ufunc call
 _HALF = {np.dtype(t): t(0.5) for t in (np.float32, np.float64)}
 

@@ -5,7 +5,8 @@ once and kept here, with the model (never in a process-wide cache):
 - Winograd's G g G': on the first run that takes Winograd (it depends on the shape of X whether
   any will: a 7x7 layer never does, and keeping it would cost 16/9 of W);
 - the banded matrices and the depthwise einsum's tiled weights: once per input shape (they depend
-  on its output width).
+  on its output width);
+- W's taps in a channels-last window's order (im2col.rows_weights): on the first run by rows.
 A W fed at run time is transformed on every call, as are a constant W's transforms when another W
 comes instead (identity decides: a constant arrives as that same array). W's finiteness (for the
 transforms that need it) is checked once for a constant W, per call otherwise; X's on every call.
@@ -58,6 +59,12 @@ class Convolution:
         layout = self.layouts.get(key)
         if layout is None:
             layout = self._plan(key, x, w, b, shuffle)
+        elif layout.rows_w is not None and w is self.w:     # a shape seen: by rows with the constant W
+            self.algorithms[key[0]] = "im2col"
+            y = im2col.conv_rows(x, layout.rows_w, layout.memo["columns"], b)
+            if epilogue is not None:
+                epilogue(y, 0, 1)
+            return y
         kernel, strides, dil, begin, end, out = layout.geometry
         name = layout.name
         n, c = x.shape[:2]
@@ -75,9 +82,20 @@ class Convolution:
             name = layout.fallback
         self.algorithms[key[0]] = name
         if name == "im2col" and n == 1:     # one image: finished here, a small Conv's fixed cost counts
-            y = im2col.conv(x, w, group, _columns(layout, x, group), out)
-            if b is not None:
-                y += b.reshape((1, m) + (1,) * r)
+            columns = _columns(layout, x, group)
+            if columns.__class__ is im2col.Rows:       # (B added to the products' rows, contiguous)
+                wr = self.kept.get(("rows", x.dtype)) if constant else None
+                if wr is None:          # W's taps reordered: once for the constant W
+                    wr = im2col.rows_weights(w)
+                    if constant:
+                        self.kept["rows", x.dtype] = wr
+                y = im2col.conv_rows(x, wr, columns, b)
+                if constant and dtype not in UPCAST:      # later calls of this shape go straight here
+                    layout.rows_w = wr
+            else:
+                y = im2col.conv(x, w, group, columns, out)
+                if b is not None:
+                    y += b.reshape((1, m) + (1,) * r)
             if epilogue is not None:
                 epilogue(y, 0, 1)
             return y.astype(dtype, copy=False)
@@ -163,10 +181,11 @@ class Convolution:
 class _Layout:
     """One input shape's geometry, algorithm (and the one taken when X or W turn out not finite), and
     the algorithm's own per-shape state (memo), which holds the constant W's per-shape transforms."""
-    __slots__ = ("geometry", "name", "fallback", "memo")
+    __slots__ = ("geometry", "name", "fallback", "memo", "rows_w")
 
     def __init__(self, geometry, name, fallback):
         self.geometry, self.name, self.fallback, self.memo = geometry, name, fallback, {}
+        self.rows_w = None      # the constant W's taps once a call went by rows (no check left to make)
 
     def keep(self, constant: bool, key, make):
         """make(), kept in memo under key when it transforms the Conv's constant W."""
@@ -179,12 +198,16 @@ class _Layout:
 
 
 def _columns(layout, x, group):
-    """The im2col geometry of the layout's shape (x: in the compute type), made on its first im2col run."""
+    """The im2col geometry of the layout's shape (x: in the compute type), made on its first im2col run:
+    im2col.Rows where a 1-D image's columns are better read as rows, else im2col.Columns."""
     columns = layout.memo.get("columns")
     if columns is None:
         kernel, strides, dil, begin, end, out = layout.geometry
-        columns = layout.memo["columns"] = im2col.Columns(x.shape, x.dtype, group, kernel, strides, dil, begin,
-                                                          end, out)
+        if im2col.Rows.applies(x.shape, group, kernel, dil, out):
+            columns = im2col.Rows(x.shape, x.dtype, kernel, strides, begin, end, out)
+        else:
+            columns = im2col.Columns(x.shape, x.dtype, group, kernel, strides, dil, begin, end, out)
+        layout.memo["columns"] = columns
     return columns
 
 

@@ -3,7 +3,8 @@ of the weights, with the tuned thresholds of thresholds.py.
 
 Algorithms (the names `prepare(model, conv_algorithm=...)` takes):
 - "pointwise": 1x1 kernel, stride 1, no padding: one matmul per group (pointwise.py);
-- "im2col": windows copied once into columns, one matmul per group; computes every Conv (im2col.py);
+- "im2col": windows copied once into columns, one matmul per group; computes every Conv (im2col.py;
+  one 1-D image with a few output positions: a matrix-vector product per position, by rows);
 - "shifted": stride 1, one group: one matmul per tap on runs of the flat padded input (shifted.py);
 - "winograd": F(2x2, 3x3), 2-D 3x3, stride and dilation 1, one group, float32/float64 compute type,
   finite X and W, not for integer sums that must stay exact in float32 (`exact`: its transforms

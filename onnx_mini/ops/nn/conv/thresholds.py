@@ -20,6 +20,9 @@ DW_IM2COL_MAX_CHANNELS = 32             # strided small depthwise: im2col beat e
 BIAS_COLUMN_MIN_EXPANSION = 2            # pointwise: bias in the product from M >= 2 (C + G) (ResNet-50 -2%)
 
 # -- inside the algorithms -------------------------------------------------------------------------
+ROWS_MAX_OUTPUTS = 4                     # 1-D, one image: im2col by rows (im2col.Rows) beat sgemm at 1-3 outputs
+                                         # (258x256 W, 3 outputs 40 -> 20 us; 128x387: 44 -> 19), tied at 4-5 with
+                                         # 64 channels (won 104 -> 57 us with 256), lost at 8 (14 -> 21 us)
 STACKED_MAX_MACS = _blas.MIN_PART_MACS   # smaller groups: one stacked matmul (ResNeXt-like 331 -> 278 us)
 DW_BLOCK_BYTES = 8 << 20                 # depthwise scratch per block (1-8 MB alike; bounds memory)
 DW_MIN_PART_MACS = 700_000               # a thread per part of this many MACs (64x112x112 /2 splits)
