@@ -1344,3 +1344,49 @@ def test_conv_im2col_by_rows_by_hand():
     # position 0: taps at (pad, 1) and (pad, 4): 10*1 + 1000*4; position 1: (2, 3), (5, 6)
     expected = np.array([[[10 + 4000, 2 + 30 + 500 + 6000]]], np.float32)
     assert_same(fn(x, w), expected)
+
+
+# -- QLinearConv's float32 rescale with a neighbouring float32 scale ---------------------------------
+
+def test_qlinear_conv_rescale_takes_the_float32_next_to_a_near_tie_scale(monkeypatch):
+    """A scale whose float32 rounding puts accumulator 10003 exactly on the tie 100.5 (float32's product
+    rounds half to even to 100; the real product, just above, gives 101): the proof refuses that
+    float32, accepts the next one up, and QLinearConv rescales in float32 with it. Every accumulator
+    0..bound of the layer gives round_half_even(acc * scale) + zp saturated, the integer definition
+    (acc * scale is exact in float64 here: 15-bit acc times a 24-bit scale)."""
+    from fractions import Fraction
+    from onnx_mini.ops.nn import conv_quantized
+    acc0 = 10003
+    ws = np.float32(100.5 / acc0)
+    assert np.float32(acc0) * ws == np.float32(100.5) and Fraction(acc0) * Fraction(float(ws)) > Fraction(201, 2)
+    c = -(-acc0 // 255)
+    bound = 255 * c                                           # 1x1 kernel of ones, x_zero_point 0
+    zp = np.array(0, np.uint8)
+    assert not conv_quantized._float32_rescale_is_exact(np.float64(ws), zp, bound)
+    s32 = conv_quantized._float32_scale(np.float64(ws), zp, bound)
+    assert s32 == np.nextafter(ws, np.float32(1))
+    # per channel: only the channel that needs it takes the neighbour (2^-7 is exact in float32: its own
+    # rounding passes); a scale that is not finite: no proof
+    both_channels = conv_quantized._float32_scale(np.array([np.float64(ws), 2.0 ** -7]), zp, bound)
+    assert both_channels.dtype == np.float32
+    np.testing.assert_array_equal(both_channels, [np.nextafter(ws, np.float32(1)), np.float32(2.0 ** -7)])
+    assert conv_quantized._float32_scale(np.array([np.float64(ws), np.inf]), zp, bound) is None
+    # one output pixel per accumulator 0..bound: x (1, c, 1, bound + 1) with column sums 0..bound
+    acc = np.arange(bound + 1)
+    x = np.zeros((1, c, 1, bound + 1), np.uint8)
+    full = acc // 255
+    for ch in range(c):
+        x[0, ch, 0] = np.where(ch < full, 255, np.where(ch == full, acc % 255, 0))
+    assert np.array_equal(x.astype(np.int64).sum(axis=1)[0, 0], acc)
+    calls = []
+    real = conv_quantized._requantize32
+    monkeypatch.setattr(conv_quantized, "_requantize32", lambda *a, **k: calls.append(1) or real(*a, **k))
+    consts = [np.array(np.float32(1)), np.array(0, np.uint8), np.ones((1, c, 1, 1), np.int8), np.array(ws),
+              np.array(0, np.int8), np.array(np.float32(1)), np.array(5, np.uint8)]
+    run = conv_quantized.qlinear_conv_10(_constants=dict(enumerate(consts, start=1)))
+    y = run(x, *consts)
+    assert calls                                              # the float32 rescale ran
+    expected = np.clip(np.rint(acc * np.float64(ws)) + 5, 0, 255).astype(np.uint8)
+    assert y.dtype == np.uint8 and y.shape == (1, 1, 1, bound + 1)
+    np.testing.assert_array_equal(y[0, 0, 0], expected)
+    assert y[0, 0, 0, acc0] == 101 + 5

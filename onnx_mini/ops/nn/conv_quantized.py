@@ -12,9 +12,9 @@ quantization.py's `quantize_array`.
 
 Speed: a QLinearConv whose inputs but X are constants (a quantize_static model) gets its checks, W's
 shift and the choice of arithmetic made once (`_constant_qlinear_conv`), and rescales in float32
-where `_float32_rescale_is_exact` proves, for its scales, that every accumulator gives the float64
-rescale's integer (most layers; a layer with one accumulator within float32's error of a tie keeps
-float64).
+where `_float32_scale` proves, for its scales, that every accumulator gives the float64 rescale's
+integer with the scale rounded to float32 or, per channel, with one of the two float32 next to it
+(a layer where none of the three does keeps float64).
 
 Made once at prepare from constants (`ops._common.prepack`): w - w_zero_point with the range of its
 values (a tighter bound than the type's), B as floats with its range, and QLinearConv's rescale
@@ -212,33 +212,64 @@ _PROOF_MAX_CANDIDATES = 1 << 21
 
 
 def _float32_rescale_is_exact(scale, zp, bound: int) -> bool:
-    """Whether _requantize32 gives _requantize64's result for every integer accumulator |acc| <= bound
-    (exact in float32: bound <= 2^24), scale (float64, () or (M,)) and y's zero point zp (a scalar).
+    """Whether _requantize32 with the scale rounded to float32 gives _requantize64's result for every
+    integer accumulator |acc| <= bound (exact in float32: bound <= 2^24), scale (float64, () or (M,))
+    and y's zero point zp (a scalar). See _rescale_mismatches."""
+    s = np.asarray(scale, _F64).reshape(-1)
+    bad = _rescale_mismatches(s, s.astype(_F32), zp, bound)
+    return bad is not None and not bad.any()
+
+
+def _float32_scale(scale, zp, bound: int) -> np.ndarray | None:
+    """A float32 scale (scale's shape) with which _requantize32 gives _requantize64's integers for every
+    accumulator |acc| <= bound, or None: per channel the scale rounded to float32, else the float32 just
+    above or below it, whichever the proof passes first (the rounded one misses by a near tie in about
+    one layer in five of a quantize_static MobileNet; a neighbour passed in each of them)."""
+    s = np.asarray(scale, _F64).reshape(-1)
+    nearest = s.astype(_F32)
+    chosen = nearest.copy()
+    todo = np.ones(s.size, bool)
+    for candidate in (nearest, np.nextafter(nearest, np.float32(np.inf)), np.nextafter(nearest, np.float32(0))):
+        bad = _rescale_mismatches(s, candidate, zp, bound)
+        if bad is None:
+            return None
+        take = todo & ~bad
+        chosen[take] = candidate[take]
+        todo &= bad
+        if not todo.any():
+            return chosen.reshape(np.shape(scale))
+    return None
+
+
+def _rescale_mismatches(s, s32, zp, bound: int) -> np.ndarray | None:
+    """Per channel, whether _requantize32 with scale s32 (float32, (M,)) gives another integer than
+    _requantize64 with s (float64, (M,)) for some integer accumulator |acc| <= bound; None where the
+    proof does not apply (a scale not finite and positive, or too many candidates).
 
     Both round acc * scale half to even after clipping it to the integers [lo - zp, hi - zp], so they
-    differ only where a half-integer h inside that range lies between their products. float32's is
-    within |acc * scale| * 2^-23 of the float64 one (scale rounded to float32, then the product: one
-    2^-24 relative rounding each; float64's own error is 2^-53), so only integers acc with
-    |acc - h / scale| <= (|h| + 1) * 2^-22 / scale can differ: those, ~255 ties per channel, are
-    computed both ways here and compared."""
-    s = np.asarray(scale, _F64).reshape(-1)
-    s32 = s.astype(_F32)
-    if not (np.all(np.isfinite(s)) and np.all(s > 0) and np.all(s32 >= np.finfo(_F32).tiny)):
-        return False
+    differ only where a half-integer h inside that range lies between their products. s32 is within
+    1.5 float32 ulps of s (rounded to nearest: half an ulp, its neighbours: 1.5), 3 * 2^-24 relative,
+    and the float32 product adds one 2^-24 rounding (float64's own error is 2^-53): float32's product is
+    within |acc * s| * 2^-22 of the float64 one, so only integers acc with |acc - h / s| <= (|h| + 1) *
+    2^-22 / s can differ: those, ~255 ties per channel (4x that reach, + 2), are computed both ways
+    here and compared."""
+    if not (np.all(np.isfinite(s)) and np.all(s > 0) and np.all(np.isfinite(s32))
+            and np.all(s32 >= np.finfo(_F32).tiny)):
+        return None
     info = np.iinfo(zp.dtype)
     z = int(zp)
     ties = np.arange(info.min - z - 1, info.max - z + 1, dtype=_F64) + 0.5      # one spare either side
     reach = (np.abs(ties)[None, :] + 1) * 2.0 ** -20 / s[:, None] + 2             # 4x the error bound, + 2
     width = int(np.ceil(2 * reach.max())) + 1
     if s.size * ties.size * width > _PROOF_MAX_CANDIDATES:
-        return False
+        return None
     first = np.floor(ties[None, :] / s[:, None] - reach)                        # (M, ties)
     acc = first[..., None] + np.arange(width)                                     # (M, ties, width)
     acc = np.clip(acc, -bound, bound).reshape(1, s.size, -1)                      # past the bound: never met
     shape = (1, s.size, 1)
     want = _requantize64(acc.astype(_F32), s.reshape(shape), zp)
     got = _requantize32(acc.astype(_F32), s32.reshape(shape), zp)
-    return bool(np.array_equal(want, got))
+    return (want != got)[0].any(axis=1)
 
 
 def _constant_qlinear_conv(conv, constants):
@@ -266,14 +297,14 @@ def _constant_qlinear_conv(conv, constants):
             return None
         scale = _rescale(xs, wsc, ys)
         zp = yz.reshape(())
-        f32 = _float32_rescale_is_exact(scale, zp, bound)
+        s32 = _float32_scale(scale, zp, bound)
     except (InvalidValueError, ValueError):
         return None                     # the general path raises it at run time, as for fed inputs
     known = {1: ws} if bf is None else {1: ws, 2: bf}
     conv.convs[_F32] = Convolution(**conv.attrs, constants=known, exact=True)
     if scale.ndim:
         scale = scale.reshape((1, -1) + (1,) * (w.ndim - 2))
-    requantize = functools.partial(_requantize32, scale=scale.astype(_F32)) if f32 else \
-        functools.partial(_requantize64, scale=scale)
+    requantize = functools.partial(_requantize64, scale=scale) if s32 is None else \
+        functools.partial(_requantize32, scale=s32.reshape(scale.shape))
     given = (xs, xz, w, wsc, wz, ys, yz, b)
     return given, xz.dtype, (xzp if xzp.any() else None), ws, bf, requantize, zp
