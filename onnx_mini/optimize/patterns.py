@@ -9,6 +9,11 @@
                                                                        -> LayerNormalization(x, scale, bias)
 - attention:     MatMul(Softmax(MatMul(Q, K') [/ c or * c] [+ mask]), V), softmax over the last axis
                                                                        -> Attention(Q, K, V[, mask])
+- int8 tail:     MatMulInteger(A, B, a_zp, b_zp) -> Cast(to=FLOAT) -> Mul(., s) [-> Add(., bias)], B a
+                 constant int8/uint8 matrix with K * 255 * 255 < 2^31 (the exact sums fit the int32 that
+                 Cast reads), s a float32 per-tensor or per-column scale (when s = Mul(s1, s2) is read
+                 there alone, that Mul too), bias a constant one
+                                                         -> MatMulIntegerScaled(A, B, a_zp, b_zp, s1, s2[, bias])
 
 Every intermediate must be read by the next node of the pattern alone (never a graph output or a
 subgraph capture); numeric constants must be scalars (0-d, or of a rank that cannot broadcast the
@@ -18,6 +23,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ._context import Context
 
 _ELEM = (7, 13, 14)           # Add / Sub / Mul / Div with numpy broadcasting
@@ -26,7 +33,7 @@ _POW = (7, 12, 13, 15)
 
 def fuse_patterns(ctx: Context) -> bool:
     changed = False
-    for rule in (_silu, _gelu_erf, _gelu_tanh, _layer_norm, _attention):
+    for rule in RULES:
         for node in list(ctx.nodes):
             if ctx.alive(node):     # still there (an earlier match may have taken it)
                 changed |= rule(ctx, node)
@@ -311,3 +318,54 @@ def _attention(ctx: Context, sm) -> bool:
         nodes.insert(0, tr)
     inputs = (q, k, pv.inputs[1]) + ((mask,) if mask else ())
     return _fuse(ctx, nodes, "Attention", inputs, {"scale": scale, "divide": divide, "transpose_k": transpose_k})
+
+
+# -- the dynamic-int8 product tail ----------------------------------------------------------------
+
+_F32 = np.dtype(np.float32)
+
+
+def _int_product_tail(ctx: Context, mm) -> bool:
+    if not ctx.is_op(mm, "MatMulInteger", (10,)) or len(mm.inputs) < 2 or not all(mm.inputs[:2]):
+        return False
+    w = ctx.value(mm.inputs[1]) if ctx.is_constant(mm.inputs[1]) else None
+    if not isinstance(w, np.ndarray) or w.ndim < 2 or w.dtype.kind not in "iu" or w.dtype.itemsize != 1:
+        return False
+    if w.shape[-2] * 255 * 255 >= 1 << 31:   # |a - a_zp|, |b - b_zp| <= 255: else int32 might wrap before Cast
+        return False
+    cast = _next(ctx, mm, "Cast", None)
+    if cast is None or cast.attrs.get("to") != 1:                  # TensorProto.FLOAT
+        return False
+    mul = _next(ctx, cast, "Mul")
+    scale = _other(mul, _out(cast)) if mul is not None else None
+    if not scale or not _scale_of(ctx, scale, w.shape[-1]):
+        return False
+    nodes, inputs = [mm, cast, mul], [*mm.inputs, "", ""][:4] + [scale, ""]
+    product = _prev(ctx, scale, "Mul", mul)      # x_scale * w_scale read by this Mul alone: one step less
+    if product is not None and not ctx.is_constant(scale) and len(product.inputs) == 2 and \
+            all(_scale_of(ctx, x, w.shape[-1]) for x in product.inputs):
+        nodes.insert(0, product)
+        inputs[4:6] = product.inputs
+    add = _next(ctx, mul, "Add")
+    bias = _other(add, _out(mul)) if add is not None else None
+    if bias and ctx.is_constant(bias) and _scale_of(ctx, bias, w.shape[-1]):
+        nodes.append(add)
+        inputs.append(bias)
+    return _fuse(ctx, nodes, "MatMulIntegerScaled", inputs, {})
+
+
+def _scale_of(ctx: Context, name: str, n: int, depth: int = 0) -> bool:
+    """`name` is float32, one value or one per column (shape [] / [1] / [n]): it scales (or shifts) the
+    [..., M, n] product without changing its shape. A constant, DynamicQuantizeLinear's scale (a float32
+    scalar by the spec), or the Mul of two such (quantize_dynamic writes x_scale * w_scale)."""
+    if ctx.is_constant(name):
+        v = ctx.value(name)
+        return isinstance(v, np.ndarray) and v.dtype == _F32 and v.ndim <= 1 and v.size in (1, n)
+    p = ctx.producer.get(name)
+    if ctx.is_op(p, "DynamicQuantizeLinear", (11,)):
+        return len(p.outputs) > 1 and p.outputs[1] == name
+    return (depth < 4 and ctx.is_op(p, "Mul") and len(p.inputs) == 2
+            and all(_scale_of(ctx, x, n, depth + 1) for x in p.inputs))
+
+
+RULES = (_silu, _gelu_erf, _gelu_tanh, _layer_norm, _attention, _int_product_tail)

@@ -874,3 +874,51 @@ def test_gather_block_quantized_unpacks_constant_zero_points_once(monkeypatch):
     table = (q - np.repeat(z, 16, axis=1)) * np.repeat(scales, 16, axis=1)
     assert_same(yc, table[idx])
     assert_same(yf, yc)
+
+
+# -- MatMulIntegerScaled (the optimiser's fused MatMulInteger -> Cast -> Mul [-> Add]) ------------------
+
+def _scaled_product(constant_b: bool):
+    def run(a, b, a_zp, b_zp, s, bias=None, s2=None):
+        fn = qm.matmul_integer_scaled_1(_constants={1: b, 3: b_zp} if constant_b else {})
+        return fn(a, b, a_zp, b_zp, s, s2) if bias is None else fn(a, b, a_zp, b_zp, s, s2, bias)
+    return run
+
+
+@pytest.mark.parametrize("constant_b", [True, False], ids=["constant-B", "fed-B"])
+def test_matmul_integer_scaled_wraps_as_int32_beyond_its_range(constant_b):
+    """K * 255 * 255 >= 2^31 (the optimiser never writes it; the kernel still agrees with the chain): the
+    sum 33100 * 65025 wraps in MatMulInteger's int32, and Cast reads the wrapped value."""
+    k = 33100
+    a, b = np.zeros((1, k), U8), np.full((k, 2), -128, I8)
+    y = _scaled_product(constant_b)(a, b, np.array(255, U8), np.array([127, -128], I8), np.float32(0.5))
+    wrapped = np.array([k * 65025, 0], np.int64).astype(np.int32)     # two's complement, as int32 adds
+    assert wrapped[0] < 0
+    np.testing.assert_array_equal(y, (wrapped.astype(F32) * F32(0.5))[None])
+
+
+@pytest.mark.parametrize("constant_b", [True, False], ids=["constant-B", "fed-B"])
+def test_matmul_integer_scaled_values(constant_b):
+    a = np.array([[0, 255, 7], [255, 0, 128]], U8)
+    b = np.array([[-128, 127], [127, -128], [0, 5]], I8)
+    s, bias = np.array([0.5, 3.0], F32), np.array([1.0, -2.0], F32)
+    y = _scaled_product(constant_b)(a, b, np.array(128, U8), np.array([0, 1], I8), s, bias)
+    exact = (a.astype(np.int64) - 128) @ (b.astype(np.int64) - [0, 1])
+    np.testing.assert_array_equal(y, exact.astype(F32) * s + bias)
+    assert y.dtype == F32 and y.shape == (2, 2)
+
+
+def test_matmul_integer_scaled_broadcasts_like_mul_and_checks_types():
+    run = _scaled_product(False)
+    a, b = np.full((2, 3), 3, U8), np.ones((3, 2), I8)
+    s = np.arange(1, 9, dtype=F32).reshape(4, 1, 2)          # enlarges the product, as Mul's broadcasting would
+    y = run(a, b, np.array(1, U8), np.array(0, I8), s)
+    np.testing.assert_array_equal(y, np.full((2, 2), 6, F32) * s)
+    two = run(a, b, np.array(1, U8), np.array(0, I8), np.float32(3), s2=np.array([0.1, 7], F32))  # s * s2 first
+    np.testing.assert_array_equal(two, np.full((2, 2), 6, F32) * (F32(3) * np.array([0.1, 7], F32)))
+    with pytest.raises(qm.InvalidValueError, match="same element type"):
+        run(a, b, np.array(1, U8), np.array(0, I8), np.float16(2))
+    with pytest.raises(qm.InvalidValueError, match="Add"):
+        run(a, b, np.array(1, U8), np.array(0, I8), np.float32(2), np.ones(3, F32))
+    with pytest.raises(qm.InvalidValueError, match="int8 or uint8"):
+        run(a.astype(np.int16), b, np.array(1, np.int16), np.array(0, I8), np.float32(2))

@@ -1,5 +1,5 @@
 """com.microsoft quantized products: MatMulNBits, GatherBlockQuantized, MatMulIntegerToFloat,
-DynamicQuantizeMatMul, QGemm, DynamicQuantizeLSTM, QAttention (all since 1).
+DynamicQuantizeMatMul, QGemm, DynamicQuantizeLSTM, QAttention (all since 1); the fused MatMulInteger tail.
 
 Spec: onnxruntime's ContribOperators documentation; where it is silent, onnxruntime's CPU behaviour.
 
@@ -15,6 +15,8 @@ Spec: onnxruntime's ContribOperators documentation; where it is silent, onnxrunt
   (math.matmul's `int_matmul`: float32 BLAS, K split where the sums could pass 2^24), scaled in
   float32; B - b_zero_point and the range of its values are made once at prepare when B and its zero
   point are constants.
+- MatMulIntegerScaled (the optimiser's private domain): MatMulInteger -> Cast(to=FLOAT) -> Mul(scale)
+  [-> Add(bias)] as one step, bit for bit the chain (optimize/patterns.py writes it).
 - DynamicQuantizeLSTM: LSTM (ops/rnn) on the dequantized W and R, dequantized at prepare like MatMulNBits.
   onnxruntime also quantizes X and the hidden state to uint8 at every step; the documentation does not
   ask for it, so this runtime keeps them in float32 (results agree to about one quantization step).
@@ -26,8 +28,11 @@ import numpy as np
 
 from ...errors import InvalidValueError
 from ...registry import kernel
-from .._common import as_array, normalize_axis, prepack
-from ..math.matmul import _per_col, centered, int_matmul, int_operand, integer_range
+from .._common import as_array, broadcasts_to, normalize_axis, prepack, same_type
+from ..fused import FUSED_DOMAIN
+from ..math.elementwise import binary
+from ..math.matmul import (_int_product, _per_col, _weight_of, _zero_points, centered, int_matmul, int_operand,
+                           integer_range, to_int32)
 from ..quantization import dynamic_quantize_linear_11, quantize_array
 from ..rnn import lstm_14
 from ..tensor.cast import FLOAT8_MAX
@@ -446,3 +451,46 @@ def qattention_1(*, num_heads, do_rotary=0, mask_filter_value=-10000.0, past_pre
             return (out,)
         return out, np.stack([k, v]).astype(out_dtype)
     return run
+
+
+# -- the optimiser's fused dynamic-int8 product tail ------------------------------------------------
+
+@kernel("MatMulIntegerScaled", since=1, domain=FUSED_DOMAIN, multi_output=False, heavy=True)
+def matmul_integer_scaled_1(*, _constants=None):
+    """MatMulInteger(A, B, a_zero_point, b_zero_point) -> Cast(to=FLOAT) -> Mul(., scale [* scale2])
+    [-> Add(., bias)], written as one step by optimize/patterns.py (onnxruntime's quantize_dynamic emits
+    this chain, the scale being Mul(x_scale, w_scale)). The exact integer sums that MatMulInteger's
+    product holds (float32 or float64) become float32 at once: the same value as the Cast of their int32
+    while they fit it (else through to_int32, wrapping as MatMulInteger does); then the scale and the
+    bias as Mul and Add compute them (IEEE products and sums commute), in place on that buffer.
+    MatMulInteger's checks are the same (math.matmul's helpers)."""
+    weight = _weight_of(_constants, 1, 3)
+    scales = binary(np.multiply)                 # the Mul kernel's own function
+
+    def run(a, b, a_zero_point, b_zero_point, scale, scale2=None, bias=None):
+        if scale2 is not None:
+            scale = scales(scale, scale2)
+        a_zp, b_zp = _zero_points(a, b, a_zero_point, b_zero_point)
+        if a.ndim == 1 and a_zp is not None and a_zp.ndim:
+            raise InvalidValueError("a 1-D A takes a scalar a_zero_point")
+        prepared = weight(b, b_zero_point) if weight is not None and b.dtype.kind in "iu" else None
+        acc, k, bound = _int_product(a, b, a_zp, b_zp, "MatMulInteger", prepared)
+        if a.dtype.kind in "iu" and b.dtype.kind in "iu" and k * bound < 1 << 31:
+            y = acc.astype(_F32, copy=False)       # exact integers: float32 of them rounds as Cast's does
+        else:
+            y = to_int32(acc, k, bound).astype(_F32)
+        y = _elementwise(np.multiply, y, scale, "Mul")
+        return y if bias is None else _elementwise(np.add, y, bias, "Add")
+    return run
+
+
+def _elementwise(ufunc, y: np.ndarray, c: np.ndarray, op: str) -> np.ndarray:
+    """ufunc(y, c) as the op's kernel computes it (same element type, numpy broadcasting), into y (our own
+    float32 buffer) when c does not enlarge it."""
+    same_type(y, c)
+    if broadcasts_to(c.shape, y.shape):
+        return ufunc(y, c, out=y)
+    try:
+        return as_array(ufunc(y, c))
+    except ValueError:
+        raise InvalidValueError(f"{op}: shapes {list(y.shape)} and {list(c.shape)} do not broadcast") from None
