@@ -487,6 +487,35 @@ def test_streaming_one_step_at_a_time(op, attrs):
         np.testing.assert_allclose(s_, e, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("nb", [1, 2])
+@pytest.mark.parametrize("tname", ["float", "float16", "double"])
+@pytest.mark.parametrize("layout", [0, 1])
+@pytest.mark.parametrize("direction", ["forward", "reverse"])
+@pytest.mark.parametrize("op,attrs", CELLS)
+def test_one_direction_full_sequences(op, attrs, direction, layout, tname, nb):
+    """One direction, every sequence full, the row form (the steps write Y in place, the states are read
+    where the caller has them): the reference's values in every layout and type; the last states are
+    arrays of their own (no view of Y nor of the given states) and a later run of the same prepared model
+    (the steps an earlier run made, reused) leaves the earlier run's outputs alone."""
+    dt = np_type(tname)
+    ins = make_inputs(op, T=3, nb=nb, I=3, H=4, layout=layout, init=True, seed=71, dtype=np.float64)
+    ins = [None if v is None else v.astype(dt) for v in ins]
+    attrs = dict(attrs, direction=direction, layout=layout)
+    got = check(op, 22, ins, **attrs)
+    for state, given in zip(got[1:], ins[5:7]):
+        assert not np.shares_memory(state, got[0]) and not np.shares_memory(state, given)
+    prepared, _ = weights_model(op, ins[:4] + [None] + ins[5:7], (1, 2, 3), **attrs)
+    feeds = {"X": ins[0], "h0": ins[5], **({"c0": ins[6]} if op == "LSTM" else {})}
+    first = prepared.run(feeds)
+    kept = [v.copy() for v in first]
+    second = prepared.run({**feeds, "X": -ins[0]})
+    for v, k in zip(first, kept):
+        np.testing.assert_array_equal(v, k)
+    exp = reference(op, -ins[0], *ins[1:4], None, *ins[5:7], **attrs)
+    for g, e in zip(second, exp):
+        np.testing.assert_allclose(g.astype(np.float64), e, rtol=tolerance(dt), atol=tolerance(dt))
+
+
 @pytest.mark.parametrize("direction", ["forward", "bidirectional"])
 @pytest.mark.parametrize("op,attrs", CELLS)
 def test_runs_of_changing_shapes(op, attrs, direction):

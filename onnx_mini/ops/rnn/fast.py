@@ -162,8 +162,14 @@ def project(macs):
     return np.dot if mm is np.matmul else mm
 
 
-# 0.5 in each compute type: a Python float operand costs a conversion per ufunc call
-_HALF = {np.dtype(t): t(0.5) for t in (np.float32, np.float64)}
+def _read_only(v):
+    v.setflags(write=False)
+    return v
+
+
+# 0.5 in each compute type: a Python float operand costs a conversion per ufunc call, a numpy scalar
+# ~0.2 us more than a 0-d array (np.add on 512 float32: 0.78 against 0.55 us)
+_HALF = {np.dtype(t): _read_only(np.array(0.5, t)) for t in (np.float32, np.float64)}
 
 
 def clip_into(x, bound):
