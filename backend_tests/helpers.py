@@ -121,11 +121,12 @@ NODE = "the_node"
 
 
 def run_node(op: str, version: int, inputs: list, n_outputs: int = 1, domain: str = "", *,
-             keep_empty_tail: bool = False, **attrs):
+             keep_empty_tail: bool = False, const: tuple = (), **attrs):
     """Run one node named NODE (= "the_node") at opset `version` of its domain and return its output
     (a tuple when n_outputs > 1). An input given as None is an omitted optional input: an empty name
     in the middle, left out of the node at the end (kept there as empty names with keep_empty_tail).
-    A Python list of arrays is a sequence; an np.ndarray attribute is a TENSOR attribute.
+    A Python list of arrays is a sequence; an np.ndarray attribute is a TENSOR attribute. const:
+    indices of inputs given as initializers (constants the kernel's factory sees), the rest are fed.
     Also checks, bit for bit, that the caller's arrays are left untouched."""
     names = ["" if x is None else f"in{k}" for k, x in enumerate(inputs)]
     while names and not names[-1] and not keep_empty_tail:
@@ -134,12 +135,13 @@ def run_node(op: str, version: int, inputs: list, n_outputs: int = 1, domain: st
     node.attribute.extend(attribute(k, v) for k, v in attrs.items())
     declared = [helper.make_tensor_sequence_value_info(n, elem_type(x[0].dtype) if x else TensorProto.FLOAT, None)
                 if isinstance(x, list) else helper.make_tensor_value_info(n, elem_type(x.dtype), x.shape)
-                for n, x in zip(names, inputs) if x is not None]
+                for k, (n, x) in enumerate(zip(names, inputs)) if x is not None and k not in const]
+    initializers = [numpy_helper.from_array(inputs[k], names[k]) for k in const if inputs[k] is not None]
     outs = [helper.make_empty_tensor_value_info(f"out{k}") for k in range(n_outputs)]
-    graph = helper.make_graph([node], "g", declared, outs)
+    graph = helper.make_graph([node], "g", declared, outs, initializers)
     opsets = [helper.make_opsetid(domain, version)] + ([helper.make_opsetid("", 21)] if domain else [])
     model = helper.make_model(graph, opset_imports=opsets, ir_version=10)
-    given = [x for x in inputs if x is not None]
+    given = [x for k, x in enumerate(inputs) if x is not None and k not in const]
     before = copy.deepcopy(given)
     result = onnx_mini.prepare(model).run(list(given))
     for x, b in zip(given, before):

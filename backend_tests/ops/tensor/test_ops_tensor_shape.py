@@ -8,19 +8,24 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import onnx_mini
 from onnx_mini.errors import InvalidNodeError, KernelError
+from onnx_mini.ops.tensor.reshape import reshape_14, squeeze_13, unsqueeze_13
 
-from helpers import arange, assert_same, i64, is_readonly_view, raises_naming_node, run_node, sample, type_matrix
+from helpers import (arange, assert_same, i64, is_readonly_view, one_node_model, raises_naming_node, run_node, sample,
+                     type_matrix)
 
 # -- Squeeze -------------------------------------------------------------------------------------
 
 SQUEEZE_VERSIONS = [1, 11, 13, 21, 23, 24, 25]
 
 
-def squeeze(version, data, axes=None):
+def squeeze(version, data, axes=None, const=False):
+    """const: the axes input (13+) as an initializer."""
     if version < 13:
         return run_node("Squeeze", version, [data], **({} if axes is None else {"axes": list(axes)}))
-    return run_node("Squeeze", version, [data] + ([] if axes is None else [i64(axes)]))
+    return run_node("Squeeze", version, [data] + ([] if axes is None else [i64(axes)]),
+                    const=(1,) if const and axes is not None else ())
 
 
 @pytest.mark.parametrize("version,tname", type_matrix("Squeeze", SQUEEZE_VERSIONS))
@@ -44,18 +49,20 @@ SQUEEZE_CASES = [  # (shape, axes or None, expected shape)
 @pytest.mark.parametrize("version,shape,axes,out_shape",
                          [(v, *c) for v in SQUEEZE_VERSIONS for c in SQUEEZE_CASES
                           if v >= 11 or c[1] is None or min(c[1], default=0) >= 0])
-def test_squeeze_cases(version, shape, axes, out_shape):
+@pytest.mark.parametrize("const", [False, True])
+def test_squeeze_cases(version, shape, axes, out_shape, const):
     data = arange(shape)
-    out = squeeze(version, data, axes)
+    out = squeeze(version, data, axes, const)
     assert_same(out, arange(out_shape))
     assert is_readonly_view(out, data) or data.size == 0
 
 
 @pytest.mark.parametrize("version", SQUEEZE_VERSIONS)
-def test_squeeze_of_a_strided_view_is_still_a_view(version):
+@pytest.mark.parametrize("const", [False, True])
+def test_squeeze_of_a_strided_view_is_still_a_view(version, const):
     # Transpose then Squeeze in one model: the squeeze of a non-contiguous array is still a view.
     data = arange((3, 1, 2))
-    out = squeeze(version, data[:, :, ::-1], [1])
+    out = squeeze(version, data[:, :, ::-1], [1], const)
     assert_same(out, np.array([[1, 0], [3, 2], [5, 4]], np.float32))
 
 
@@ -64,9 +71,10 @@ def test_squeeze_of_a_strided_view_is_still_a_view(version):
     ((1, 3), [1], "size is not 1"), ((1, 3), [2], "out of range"), ((1, 3), [-3], "out of range"),
     ((1, 1), [0, 0], "repeat"), ((1, 1), [0, -2], "repeat"),
 ])
-def test_squeeze_errors(version, shape, axes, pattern):
+@pytest.mark.parametrize("const", [False, True])
+def test_squeeze_errors(version, shape, axes, pattern, const):
     with raises_naming_node(KernelError, pattern):
-        squeeze(version, np.zeros(shape, np.float32), axes)
+        squeeze(version, np.zeros(shape, np.float32), axes, const)
 
 
 # -- Unsqueeze -----------------------------------------------------------------------------------
@@ -74,10 +82,11 @@ def test_squeeze_errors(version, shape, axes, pattern):
 UNSQUEEZE_VERSIONS = [1, 11, 13, 21, 23, 24, 25]
 
 
-def unsqueeze(version, data, axes):
+def unsqueeze(version, data, axes, const=False):
+    """const: the axes input (13+) as an initializer."""
     if version < 13:
         return run_node("Unsqueeze", version, [data], axes=list(axes))
-    return run_node("Unsqueeze", version, [data, i64(axes)])
+    return run_node("Unsqueeze", version, [data, i64(axes)], const=(1,) if const else ())
 
 
 @pytest.mark.parametrize("version,tname", type_matrix("Unsqueeze", UNSQUEEZE_VERSIONS))
@@ -101,9 +110,10 @@ UNSQUEEZE_CASES = [  # (shape, axes, expected shape): axes are positions in the 
 @pytest.mark.parametrize("version,shape,axes,out_shape",
                          [(v, *c) for v in UNSQUEEZE_VERSIONS for c in UNSQUEEZE_CASES
                           if v >= 11 or min(c[1], default=0) >= 0])
-def test_unsqueeze_cases(version, shape, axes, out_shape):
+@pytest.mark.parametrize("const", [False, True])
+def test_unsqueeze_cases(version, shape, axes, out_shape, const):
     data = arange(shape)
-    out = unsqueeze(version, data, axes)
+    out = unsqueeze(version, data, axes, const)
     assert_same(out, arange(out_shape))
     assert is_readonly_view(out, data) or data.size == 0
 
@@ -113,9 +123,71 @@ def test_unsqueeze_cases(version, shape, axes, out_shape):
     ((3, 4), [3], "out of range"), ((3, 4), [-4], "out of range"), ((3, 4), [1, 1], "repeat"),
     ((3, 4), [0, -4], "repeat"), ((), [1], "out of range"),
 ])
-def test_unsqueeze_errors(version, shape, axes, pattern):
+@pytest.mark.parametrize("const", [False, True])
+def test_unsqueeze_errors(version, shape, axes, pattern, const):
     with raises_naming_node(KernelError, pattern):
-        unsqueeze(version, np.zeros(shape, np.float32), axes)
+        unsqueeze(version, np.zeros(shape, np.float32), axes, const)
+
+
+@pytest.mark.parametrize("op,axes,out_shape", [("Squeeze", [0, -1], lambda n: (n,)),
+                                               ("Unsqueeze", [0, 3], lambda n: (1, 1, n, 1, 1))])
+def test_constant_axes_serve_every_input_shape(op, axes, out_shape):
+    """Constant axes: the output shape made once per input shape (more shapes than the kernel keeps,
+    each twice); a shape the axes do not fit fails at each of its runs."""
+    model, _ = one_node_model(op, [arange((1, 2, 1)), i64(axes)], const=(1,))
+    prepared = onnx_mini.prepare(model)
+    for n in list(range(0, 70)) * 2:
+        x = arange((1, n, 1))
+        (out,) = prepared.run([x])
+        assert_same(out, arange(out_shape(n)))
+        assert is_readonly_view(out, x) or x.size == 0
+    bad = (arange((2, 3, 1)), "size is not 1") if op == "Squeeze" else (arange(()), "out of range")
+    for _ in range(2):
+        with raises_naming_node(KernelError, bad[1]):
+            prepared.run([bad[0]])
+
+
+# -- Reshape -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("const", [False, True])
+@pytest.mark.parametrize("in_shape,shape,allowzero,expected", [
+    ((2, 3, 4), [4, -1], 0, (4, 6)), ((2, 3, 4), [0, -1], 0, (2, 12)), ((2, 3, 4), [0, 0, 4], 0, (2, 3, 4)),
+    ((2, 3, 4), [-1], 0, (24,)), ((0, 3), [3, 0], 1, (3, 0)), ((0, 3), [0, 3], 0, (0, 3)), ((), [1, 1], 0, (1, 1)),
+    ((1,), [], 0, ()),
+    ((2, 3), [5], 0, "cannot reshape"), ((2, 3), [-1, -1], 0, "more than one -1"),
+    ((2, 3), [1, 6, 0], 0, "copies an input dimension"), ((2, 3), [0, -1], 1, "both 0 and -1"),
+    ((0, 3), [0, -1], 0, "cannot infer"), ((2, 3), [-2, 3], 0, "invalid dimension"),
+])
+def test_reshape_cases(in_shape, shape, allowzero, expected, const):
+    data = arange(in_shape)
+    run = lambda: run_node("Reshape", 21, [data, i64(shape)], allowzero=allowzero, const=(1,) if const else ())
+    if isinstance(expected, str):
+        with raises_naming_node(KernelError, expected):
+            run()
+    else:
+        out = run()
+        assert_same(out, arange(expected))
+        assert is_readonly_view(out, data) or data.size == 0
+
+
+def test_constant_reshape_shape_serves_every_input_shape():
+    model, _ = one_node_model("Reshape", [arange((2, 3)), i64([0, -1, 2])], const=(1,))
+    prepared = onnx_mini.prepare(model)
+    for n in list(range(1, 70)) * 2:
+        (out,) = prepared.run([arange((n, 4))])
+        assert_same(out, arange((n, 2, 2)))
+    for _ in range(2):
+        with raises_naming_node(KernelError, "cannot reshape"):
+            prepared.run([arange((2, 3))])
+
+
+def test_kernels_given_other_arrays_than_their_constants_use_those():
+    """A kernel made for a constant axes / shape input still computes from the array it is given."""
+    x = arange((1, 2, 1))
+    assert squeeze_13(_constants={1: i64([0])})(x, i64([2])).shape == (1, 2)
+    assert squeeze_13(_constants={1: i64([0])})(x).shape == (2,)
+    assert unsqueeze_13(_constants={1: i64([0])})(x, i64([3])).shape == (1, 2, 1, 1)
+    assert reshape_14(_constants={1: i64([2])})(x, i64([2, 1])).shape == (2, 1)
 
 
 # -- Transpose -----------------------------------------------------------------------------------

@@ -9,10 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import onnx_mini
 from onnx_mini.errors import InvalidNodeError, KernelError
-from onnx_mini.ops.tensor.slicing import pad_18
+from onnx_mini.ops.tensor.slicing import pad_18, slice_10, split_13
 
-from helpers import arange, assert_same, i64, is_readonly_view, raises_naming_node, run_node, sample, type_matrix
+from helpers import (arange, assert_same, i64, is_readonly_view, one_node_model, raises_naming_node, run_node, sample,
+                     type_matrix)
 
 INT64_MAX, INT64_MIN = 2 ** 63 - 1, -2 ** 63
 
@@ -74,13 +76,22 @@ def test_concat_axis_is_required(version):
         run_node("Concat", version, [np.zeros((2,), np.float32)])
 
 
+def test_concat_names_the_first_input_that_does_not_fit():
+    a, wide, f64 = np.zeros((2, 3), np.float32), np.zeros((3, 3), np.float32), np.zeros((2, 3), np.float64)
+    with raises_naming_node(KernelError, "input 1 of shape \\[3, 3\\] does not match"):
+        run_node("Concat", 13, [a, wide, f64], axis=1)
+    with raises_naming_node(KernelError, "input 1 has type float64, input 0 has float32"):
+        run_node("Concat", 13, [a, f64, wide], axis=1)
+
+
 # -- Split ---------------------------------------------------------------------------------------
 
 SPLIT_VERSIONS = [1, 2, 11, 13, 18]
 
 
-def split(version, x, n, sizes=None, axis=None, as_input=None):
-    """sizes go to the attribute (1, 2, 11) or the input (1 when as_input, 13, 18)."""
+def split(version, x, n, sizes=None, axis=None, as_input=None, const=False):
+    """sizes go to the attribute (1, 2, 11) or the input (1 when as_input, 13, 18), an initializer
+    with const."""
     attrs = {} if axis is None else {"axis": axis}
     inputs = [x]
     if sizes is not None:
@@ -88,7 +99,7 @@ def split(version, x, n, sizes=None, axis=None, as_input=None):
             inputs.append(i64(sizes))
         else:
             attrs["split"] = list(sizes)
-    out = run_node("Split", version, inputs, n_outputs=n, **attrs)
+    out = run_node("Split", version, inputs, n_outputs=n, const=(1,) if const and len(inputs) > 1 else (), **attrs)
     return out if n > 1 else (out,)
 
 
@@ -110,13 +121,14 @@ def test_split_every_type(version, tname):
     ((3, 4), 1, None, 1, [0]), ((3, 0), 2, None, 1, [0, 0]), ((0, 4), 2, None, 0, [0, 0]),
     ((3, 4), 2, [4, 0], 1, [0, 4]), ((3, 4), 4, None, -1, [0, 1, 2, 3]), ((3, 4), 3, [1, 1, 1], -2, [0, 1, 2]),
 ])
-def test_split_cases(version, shape, n, sizes, axis, starts):
+@pytest.mark.parametrize("const", [False, True])
+def test_split_cases(version, shape, n, sizes, axis, starts, const):
     if axis is not None and axis < 0 and version < 11:
         pytest.skip("negative axes from version 11")
     x = arange(shape)
     a = 0 if axis is None else axis % len(shape)
     bounds = starts + [shape[a]]
-    parts = split(version, x, n, sizes, axis)
+    parts = split(version, x, n, sizes, axis, const=const)
     assert len(parts) == n
     for k, part in enumerate(parts):
         expected = np.take(x, np.arange(bounds[k], bounds[k + 1]), axis=a)
@@ -143,13 +155,29 @@ def test_split_18_num_outputs(n, num_outputs, sizes):
         start += s
 
 
+def test_constant_split_serves_every_input_shape():
+    """A constant split input: the parts made once per input shape (more shapes than the kernel keeps,
+    each twice); a shape the sizes do not fit fails at each of its runs."""
+    model, _ = one_node_model("Split", [arange((2, 3)), i64([1, 2])], const=(1,), n_outputs=2, axis=-1)
+    prepared = onnx_mini.prepare(model)
+    for n in list(range(70)) * 2:
+        x = arange((n, 3))
+        first, second = prepared.run([x])
+        assert_same(first, x[:, :1])
+        assert_same(second, x[:, 1:])
+    for _ in range(2):
+        with raises_naming_node(KernelError, "sums to"):
+            prepared.run([arange((2, 4))])
+
+
 @pytest.mark.parametrize("version,n,sizes,pattern", [
     (13, 2, [2, 2], "sums to"), (13, 2, [1, 2, 3], "entries"), (18, 2, [7, -1], "negative"),
     (13, 4, None, "equal parts"), (11, 4, None, "equal parts"), (2, 2, [1, 1], "sums to"),
 ])
-def test_split_errors(version, n, sizes, pattern):
+@pytest.mark.parametrize("const", [False, True])
+def test_split_errors(version, n, sizes, pattern, const):
     with raises_naming_node(KernelError, pattern):
-        split(version, arange((6,)), n, sizes)
+        split(version, arange((6,)), n, sizes, const=const)
 
 
 def test_split_18_errors():
@@ -166,7 +194,8 @@ def test_split_18_errors():
 SLICE_VERSIONS = [1, 10, 11, 13]
 
 
-def slice_op(version, data, starts, ends, axes=None, steps=None, ind=np.int64):
+def slice_op(version, data, starts, ends, axes=None, steps=None, ind=np.int64, const=False):
+    """const: starts/ends/axes/steps as initializers (the kernel checks them once per input shape)."""
     if version == 1:
         assert steps is None
         return run_node("Slice", 1, [data], starts=list(starts), ends=list(ends),
@@ -174,7 +203,7 @@ def slice_op(version, data, starts, ends, axes=None, steps=None, ind=np.int64):
     inputs = [data, np.array(starts, ind), np.array(ends, ind)]
     inputs += [None if axes is None else np.array(axes, ind)] if axes is not None or steps is not None else []
     inputs += [np.array(steps, ind)] if steps is not None else []
-    return run_node("Slice", version, inputs)
+    return run_node("Slice", version, inputs, const=tuple(range(1, len(inputs))) if const else ())
 
 
 @pytest.mark.parametrize("version,tname", type_matrix("Slice", SLICE_VERSIONS))
@@ -235,11 +264,14 @@ def test_slice_1_clamping(start, end, expected):
     ([2, 0], [0, 4], None, [-2, 3], [[8, 11]]),
     ([5], [6], [0], None, np.zeros((0, 4))),
 ])
-def test_slice_cases(version, starts, ends, axes, steps, expected):
+@pytest.mark.parametrize("const", [False, True])
+def test_slice_cases(version, starts, ends, axes, steps, expected, const):
     if version == 1 and (steps is not None or (axes and min(axes) < 0)):
         pytest.skip("steps and negative axes from version 10")
+    if const and version == 1:
+        pytest.skip("Slice-1 has no inputs to make constant")
     x = arange((3, 4))
-    out = slice_op(version, x, starts, ends, axes, steps)
+    out = slice_op(version, x, starts, ends, axes, steps, const=const)
     assert_same(out, np.array(expected, np.float32).reshape(np.shape(expected)))
     assert is_readonly_view(out, x) or out.size == 0
 
@@ -258,14 +290,50 @@ def test_slice_of_empty_axes(version):
     ([0], [1], [-3], None, "out of range"), ([0, 1], [1], None, None, "same length"),
     ([0], [1], [0], [1, 1], "same length"), ([0, 0, 0], [1, 1, 1], None, None, "out of range"),
 ])
-def test_slice_errors(version, starts, ends, axes, steps, pattern):
+@pytest.mark.parametrize("const", [False, True])
+def test_slice_errors(version, starts, ends, axes, steps, pattern, const):
     with raises_naming_node(KernelError, pattern):
-        slice_op(version, arange((3, 4)), starts, ends, axes, steps)
+        slice_op(version, arange((3, 4)), starts, ends, axes, steps, const=const)
 
 
 def test_slice_1_requires_starts_and_ends():
     with raises_naming_node(InvalidNodeError, "ends"):
         run_node("Slice", 1, [arange((3,))], starts=[0])
+
+
+def test_constant_slice_inputs_serve_every_input_shape():
+    """Constant starts/ends/axes/steps are read once and checked once per input shape (more shapes
+    than the kernel keeps, each twice); a rank the axes do not fit fails at each of its runs."""
+    model, _ = one_node_model("Slice", [arange((3, 4)), i64([1, -1]), i64([INT64_MAX, 0]), i64([0, -1]),
+                                        i64([1, -2])], const=(1, 2, 3, 4))
+    prepared = onnx_mini.prepare(model)
+    for n in list(range(1, 70)) * 2:
+        x = arange((2, n))
+        (out,) = prepared.run([x])
+        assert_same(out, x[1:, n - 1:0:-2])
+        assert is_readonly_view(out, x) or out.size == 0
+    for _ in range(2):
+        with raises_naming_node(KernelError, "out of range"):
+            prepared.run([arange(())])
+
+
+def test_kernels_given_other_arrays_than_their_constants_use_those():
+    """A kernel made for constant inputs still computes from the arrays it is given (the planner passes
+    the constants themselves, a direct caller may not)."""
+    x = arange((3, 4))
+    sliced = slice_10(_constants={1: i64([1]), 2: i64([3]), 3: i64([1])})
+    assert_same(sliced(x, i64([0]), i64([2]), i64([0])), x[:2])
+    assert_same(sliced(x, i64([1]), i64([3])), x[1:3])
+    padded = pad_18(mode="constant", _version=21, _constants={1: i64([1, 1])})
+    assert_same(padded(x[0], i64([0, 2]), np.array(5.0, np.float32)), np.array([0, 1, 2, 3, 5, 5], np.float32))
+    parts = split_13(axis=1, _n_outputs=2, _constants={1: i64([1, 3])})
+    assert [p.shape for p in parts(x, i64([2, 2]))] == [(3, 2), (3, 2)]
+    assert [p.shape for p in parts(x)] == [(3, 2), (3, 2)]
+
+
+def test_constant_slice_inputs_of_a_wrong_type_fail_at_run_time():
+    with raises_naming_node(KernelError, "starts must be an integer tensor"):
+        run_node("Slice", 13, [arange((3,)), np.array([0.0], np.float32), i64([2])], const=(1, 2))
 
 
 # -- Tile ----------------------------------------------------------------------------------------
@@ -324,8 +392,9 @@ def test_tile_repeats_must_be_integers():
 PAD_VERSIONS = [1, 2, 11, 13, 18, 19, 21, 23, 24, 25]
 
 
-def pad_op(version, x, pads, mode=None, value=None, axes=None):
-    """value: a float attribute (1, 2) or a 0-d array of x's type (11+)."""
+def pad_op(version, x, pads, mode=None, value=None, axes=None, const=False):
+    """value: a float attribute (1, 2) or a 0-d array of x's type (11+). const: the inputs after x as
+    initializers (11+)."""
     attrs = {} if mode is None else {"mode": mode}
     if version <= 2:
         attrs["paddings" if version == 1 else "pads"] = list(pads)
@@ -337,7 +406,7 @@ def pad_op(version, x, pads, mode=None, value=None, axes=None):
         inputs.append(None if value is None else value)
     if axes is not None:
         inputs.append(i64(axes))
-    return run_node("Pad", version, inputs, **attrs)
+    return run_node("Pad", version, inputs, const=tuple(range(1, len(inputs))) if const else (), **attrs)
 
 
 def pad_reference(x, pads, mode, value=None, axes=None):
@@ -451,10 +520,11 @@ def test_pad_wrap_crop_happens_before_padding():
     ((3, 4), [1, 2], [-2]), ((3, 4), [], []), ((2, 3, 4), [1, 1, 0, 1], [2, 0]),
 ])
 @pytest.mark.parametrize("mode", ["constant", "edge"])
-def test_pad_axes(version, shape, pads, axes, mode):
+@pytest.mark.parametrize("const", [False, True])
+def test_pad_axes(version, shape, pads, axes, mode, const):
     x = arange(shape)
     value = np.array(2.5, np.float32) if mode == "constant" else None
-    assert_same(pad_op(version, x, pads, mode=mode, value=value, axes=axes),
+    assert_same(pad_op(version, x, pads, mode=mode, value=value, axes=axes, const=const),
                 pad_reference(x, pads, mode, value=value, axes=axes))
 
 
@@ -499,20 +569,43 @@ def test_pad_without_padding_returns_a_view(version):
     (19, arange((3, 4)), [-3, 0, 1, 0], "reflect", "no elements"),
     (11, arange((3,)), [-2, -2], "edge", "remove more"),
 ])
-def test_pad_errors(version, x, pads, mode, pattern):
+@pytest.mark.parametrize("const", [False, True])
+def test_pad_errors(version, x, pads, mode, pattern, const):
     with raises_naming_node(KernelError, pattern):
-        pad_op(version, x, pads, mode=mode)
+        pad_op(version, x, pads, mode=mode, const=const and version >= 11)
 
 
-def test_pad_bad_inputs():
+@pytest.mark.parametrize("const", [False, True])
+def test_pad_bad_inputs(const):
     with raises_naming_node(KernelError, "scalar"):
-        pad_op(13, arange((2,)), [1, 1], value=np.array([1, 2], np.float32))
+        pad_op(13, arange((2,)), [1, 1], value=np.array([1, 2], np.float32), const=const)
     with raises_naming_node(KernelError, "type"):
-        pad_op(13, arange((2,)), [1, 1], value=np.array(1, np.float64))
+        pad_op(13, arange((2,)), [1, 1], value=np.array(1, np.float64), const=const)
     with raises_naming_node(KernelError, "repeat"):
-        pad_op(18, arange((2, 2)), [1, 1, 1, 1], axes=[0, -2])
+        pad_op(18, arange((2, 2)), [1, 1, 1, 1], axes=[0, -2], const=const)
     with raises_naming_node(KernelError, "out of range"):
-        pad_op(18, arange((2, 2)), [1, 1], axes=[2])
+        pad_op(18, arange((2, 2)), [1, 1], axes=[2], const=const)
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
+def test_constant_pads_serve_every_input_shape(mode):
+    """Constant pads/constant_value/axes: the geometry made once per input shape (more shapes than the
+    kernel keeps, each twice); a shape the pads remove too much of fails at each of its runs."""
+    value = np.array(7.0, np.float32) if mode == "constant" else None
+    model, _ = one_node_model("Pad", [arange((1, 3)), i64([2, -1, 1, 3]), value, i64([0, -1])], const=(1, 2, 3),
+                              mode=mode)
+    prepared = onnx_mini.prepare(model)
+    for n in list(range(2, 70)) * 2:
+        x = arange((3, n))
+        (out,) = prepared.run([x])
+        assert_same(out, pad_reference(x, [2, -1, 1, 3], mode, value=value))
+    for _ in range(2):
+        with raises_naming_node(KernelError, "remove more"):
+            prepared.run([arange((3, 0))])
+    if mode == "constant":      # the constant_value's type is checked against each data type
+        wrong, _ = one_node_model("Pad", [arange((1, 3)), i64([1, 1]), np.array(7.0)], const=(1, 2))
+        with raises_naming_node(KernelError, "constant_value has type float64"):
+            onnx_mini.prepare(wrong).run([arange((3,))])
 
 
 @pytest.mark.parametrize("version,mode", [(1, "wrap"), (11, "wrap"), (18, "wrap"), (19, "symmetric"), (25, "")])

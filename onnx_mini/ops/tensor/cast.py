@@ -224,6 +224,15 @@ def _normalize_source(x: np.ndarray) -> np.ndarray:
     return x
 
 
+def plain_sources(to: np.dtype) -> frozenset:
+    """The numpy types whose astype(to) is the Cast (it can neither warn nor need the float -> int
+    wrap): the fast path; empty unless `to` is a native numpy type."""
+    if to not in _NATIVE:
+        return frozenset()
+    return frozenset(dt for dt in _NATIVE if (dt.kind in "biu" and (to.kind != "f" or to.itemsize >= 4))
+                     or (dt.kind == "f" and (to.kind == "b" or (to.kind == "f" and to.itemsize >= dt.itemsize))))
+
+
 @functools.lru_cache(maxsize=None)
 def converter(to: np.dtype, saturate: bool = True, round_mode: str = "up"):
     """fn(x) -> x converted to `to` following the Cast rules (built once per target and attributes)."""
@@ -243,9 +252,7 @@ def converter(to: np.dtype, saturate: bool = True, round_mode: str = "up"):
 
     if to in _NATIVE:
         wrap_from_float = to in _NATIVE_INTS and to not in (_I64, _U64)
-        # numpy sources whose astype can neither warn nor need the float -> int wrap: the fast path
-        plain = {dt for dt in _NATIVE if (dt.kind in "biu" and (to.kind != "f" or to.itemsize >= 4))
-                 or (dt.kind == "f" and (to.kind == "b" or (to.kind == "f" and to.itemsize >= dt.itemsize)))}
+        plain = plain_sources(to)
 
         def to_native(x):
             if x.dtype in plain:
@@ -315,8 +322,11 @@ def _cast_fn(version: int, to, saturate=1, round_mode="up"):
     allowed_in = schema_dtypes("Cast", version, "T1")
     dst = target_dtype(to, schema_dtypes("Cast", version, "T2"))
     convert = converter(dst, bool(saturate), _check_round_mode(round_mode))
+    plain = plain_sources(dst) & allowed_in.keys()     # one lookup for the usual casts: ~0.2 us less a call
 
     def run(x):
+        if x.dtype in plain:
+            return x.astype(dst, copy=False)
         check_input(x, allowed_in)
         return convert(x)
     return run

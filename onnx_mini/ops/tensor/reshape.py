@@ -8,7 +8,7 @@ import numpy as np
 
 from ...errors import InvalidValueError
 from ...registry import kernel
-from .._common import int_list, normalize_axes
+from .._common import by_shape, constant_lists, int_list, normalize_axes
 
 
 def _identity(x):
@@ -101,7 +101,7 @@ def reshape_5():
 
 
 @kernel("Reshape", since=(14, 19, 21, 23, 24, 25), views=True)
-def reshape_14(*, allowzero=0):
+def reshape_14(*, allowzero=0, _constants=None):
     allow = bool(allowzero)
 
     def reshape(data, shape):
@@ -120,7 +120,19 @@ def reshape_14(*, allowzero=0):
                 pass
         return data.reshape(target_shape(data.shape, requested, allow))
 
-    return reshape
+    fixed = (_constants or {}).get(1)
+    if not isinstance(fixed, np.ndarray) or fixed.dtype != _INT64 or fixed.ndim != 1:
+        return reshape
+    # A constant shape: the output shape worked out once per input shape ([1, 1, 256] -> [1, 256]:
+    # ~0.5 against ~1.2 us a call, measured under load).
+    requested = tuple(fixed.tolist())
+    out_shape = by_shape(lambda in_shape: target_shape(in_shape, requested, allow))
+
+    def reshape_fixed(data, shape):
+        if shape is fixed:        # a constant arrives as the very array the factory saw
+            return data.reshape(out_shape(data.shape))
+        return reshape(data, shape)
+    return reshape_fixed
 
 
 # -- Squeeze / Unsqueeze -------------------------------------------------------------------------
@@ -128,46 +140,76 @@ def reshape_14(*, allowzero=0):
 def squeeze(data: np.ndarray, axes) -> np.ndarray:
     """Remove the listed size-1 dims (all size-1 dims when axes is None; none when it is empty, as
     onnx's shape inference reads the spec); a view."""
+    return data.reshape(squeezed_shape(data.shape, axes))
+
+
+def squeezed_shape(shape: tuple, axes) -> tuple:
     if axes is None:
-        return data.reshape([d for d in data.shape if d != 1])
-    ax = normalize_axes(axes, data.ndim)
-    bad = [a for a in ax if data.shape[a] != 1]
+        return tuple(d for d in shape if d != 1)
+    ax = normalize_axes(axes, len(shape))
+    bad = [a for a in ax if shape[a] != 1]
     if bad:
-        raise InvalidValueError(f"cannot squeeze axes {bad} of shape {list(data.shape)}: "
+        raise InvalidValueError(f"cannot squeeze axes {bad} of shape {list(shape)}: "
                                 "their size is not 1")
-    return np.squeeze(data, axis=tuple(ax))
+    return tuple(d for k, d in enumerate(shape) if k not in ax)
 
 
 def unsqueeze(data: np.ndarray, axes) -> np.ndarray:
     """Insert size-1 dims at the listed positions of the output; a view."""
-    out_rank = data.ndim + len(axes)
+    return data.reshape(unsqueezed_shape(data.shape, axes))
+
+
+def unsqueezed_shape(shape: tuple, axes) -> tuple:
+    out_rank = len(shape) + len(axes)
     ax = set(normalize_axes(axes, out_rank))
-    dims = iter(data.shape)
-    return data.reshape([1 if k in ax else next(dims) for k in range(out_rank)])
+    dims = iter(shape)
+    return tuple(1 if k in ax else next(dims) for k in range(out_rank))
+
+
+def _fixed_axes(shape_of, per_call, constants, required: bool):
+    """The Squeeze / Unsqueeze function when their `axes` input is a constant (or omitted, when not
+    `required`): the output shape made once per input shape (the VAD's Unsqueeze and Squeeze: ~0.7
+    against ~3.5 us a call, measured under load)."""
+    fixed = constant_lists(constants, (1,), (), {1: "axes"}) if required else \
+        constant_lists(constants, (), (1,), {1: "axes"})
+    if fixed is None:
+        return per_call
+    (a0,), (axes,) = fixed
+    out_shape = by_shape(lambda shape: shape_of(shape, axes))
+
+    def run(data, axes=None):
+        if axes is a0:          # a constant arrives as the very array the factory saw
+            return data.reshape(out_shape(data.shape))
+        return per_call(data, axes)
+    return run
 
 
 @kernel("Squeeze", since=(1, 11), views=True)
 def squeeze_1(*, axes=None):
     axes = None if axes is None else list(axes)
-    return lambda data: squeeze(data, axes)
+    out_shape = by_shape(lambda shape: squeezed_shape(shape, axes))
+    return lambda data: data.reshape(out_shape(data.shape))
 
 
 @kernel("Squeeze", since=(13, 21, 23, 24, 25), views=True)
-def squeeze_13():
+def squeeze_13(*, _constants=None):
     def run(data, axes=None):
         return squeeze(data, None if axes is None else int_list(axes, "axes"))
-    return run
+    return _fixed_axes(squeezed_shape, run, _constants, required=False)
 
 
 @kernel("Unsqueeze", since=(1, 11), views=True)
 def unsqueeze_1(*, axes):
     axes = list(axes)
-    return lambda data: unsqueeze(data, axes)
+    out_shape = by_shape(lambda shape: unsqueezed_shape(shape, axes))
+    return lambda data: data.reshape(out_shape(data.shape))
 
 
 @kernel("Unsqueeze", since=(13, 21, 23, 24, 25), views=True)
-def unsqueeze_13():
-    return lambda data, axes: unsqueeze(data, int_list(axes, "axes"))
+def unsqueeze_13(*, _constants=None):
+    def run(data, axes):
+        return unsqueeze(data, int_list(axes, "axes"))
+    return _fixed_axes(unsqueezed_shape, run, _constants, required=True)
 
 
 # -- Transpose -----------------------------------------------------------------------------------
