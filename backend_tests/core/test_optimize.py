@@ -4,6 +4,7 @@ where a pass must not fire."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -250,6 +251,126 @@ def test_fused_step_writes_only_its_own_buffers():
     assert z is not x and np.array_equal(z, x + 1)
     assert fused._fits((4,), (3, 4)) and fused._fits((1, 4), (3, 4)) and fused._fits((), (3, 4))
     assert fused._fits((3, 1), (3, 4)) and not fused._fits((2, 4), (3, 4)) and not fused._fits((1, 3, 4), (3, 4))
+
+
+# -- the fused kernels' short paths for small products (a Scan RNN step, a decoder step) -----------------
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("act", ["", "Tanh", "Relu"])
+def test_fused_matmul_small_float_products_are_matmul_then_add(dtype, act, monkeypatch):
+    """2-D float operands and a bias of their type: numpy's product, the bias added in place, the activation:
+    the same values bit for bit as the three steps, below and above blas's split size, inputs untouched."""
+    from onnx_mini import blas
+    from onnx_mini.ops import fused
+    x, w = rand(1, 64, dtype=dtype), rand(64, 128, dtype=dtype)
+    fed, const = rand(1, 128, dtype=dtype), rand(128, dtype=dtype)
+    apply = {"": lambda y: y, "Tanh": np.tanh, "Relu": lambda y: np.maximum(y, 0)}[act]
+    kept = [a.copy() for a in (x, w, fed, const)]
+    for split in (blas.MIN_PART_MACS, 64):         # 64: the product takes blas.matmul's path
+        monkeypatch.setattr(blas, "MIN_PART_MACS", split)
+        run = fused.fused_matmul(activation=act, _constants={2: const})
+        for bias in (fed, const, rand(3, 1, 128, dtype=dtype)):    # the last one broadcasts the sum larger
+            got = run(x, w, bias)
+            want = apply(np.matmul(x, w) + bias)
+            assert got.dtype == dtype and got.shape == want.shape and np.array_equal(got, want)
+            assert not np.shares_memory(got, bias)
+    for a, k in zip((x, w, fed, const), kept):
+        assert np.array_equal(a, k)
+
+
+def test_fused_matmul_small_product_errors_name_what_is_wrong():
+    from onnx_mini.errors import InvalidValueError
+    from onnx_mini.ops import fused
+    run = fused.fused_matmul(activation="Tanh", _constants={})
+    with pytest.raises(InvalidValueError, match=r"shapes \[1, 63\] and \[64, 8\] cannot be multiplied"):
+        run(rand(1, 63), rand(64, 8), rand(1, 8))
+    with pytest.raises(InvalidValueError, match=r"the added input \(float64\) must have the product's type \(float32\)"):
+        run(rand(1, 64), rand(64, 8), rand(1, 8, dtype=np.float64))
+    with pytest.raises(ValueError, match="broadcast"):          # numpy's word, as the unfused Add's
+        run(rand(1, 64), rand(64, 8), rand(1, 5))
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_fused_gemm_constant_c_added_as_a_row(trans_b):
+    """A constant 1-D C is added as [1, N]: the same sums as Gemm then the activation; a C that does not fit
+    is reported with its shape as given."""
+    from onnx_mini.errors import InvalidValueError
+    from onnx_mini.ops import fused
+    from onnx_mini.ops.math.matmul import gemm_11
+    a, c = rand(2, 16), rand(8)
+    b = rand(8, 16) if trans_b else rand(16, 8)
+    run = fused.fused_gemm(alpha=0.5, beta=2.0, transB=trans_b, activation="Tanh", _constants={2: c})
+    want = np.tanh(gemm_11(alpha=0.5, beta=2.0, transB=trans_b)(a, b, c))
+    assert np.array_equal(run(a, b, c), want)
+    assert np.array_equal(run(a, b, c.copy()), want)          # C fed at run time: Gemm as written
+    plain = fused.fused_gemm(_constants={2: c})
+    assert np.array_equal(plain(a, b if not trans_b else b.T, c), gemm_11()(a, b if not trans_b else b.T, c))
+    wrong = rand(3)
+    with pytest.raises(InvalidValueError, match=r"C of shape \[3\] is not unidirectionally broadcastable"):
+        fused.fused_gemm(activation="Relu", _constants={2: wrong})(rand(2, 16), rand(16, 8), wrong)
+
+
+def attention_ref(q, k, v, mask, c):
+    """softmax(q k * c + mask) v in float64, each row shifted by its maximum (a row of -inf gives NaN)."""
+    s = np.matmul(q.astype(np.float64), k.astype(np.float64)) * c
+    if mask is not None:
+        s = s + mask
+    with np.errstate(invalid="ignore"):
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        return np.matmul(e / e.sum(axis=-1, keepdims=True), v.astype(np.float64))
+
+
+@pytest.mark.parametrize("case", ["plain", "overflow", "far_below", "masked", "vector_v", "float64"])
+def test_fused_attention_of_one_query_row(case, monkeypatch):
+    """A decoder step's attention, [1, d] x [d, n] scores: its one row sum is checked as a Python float (an
+    overflow or a row far below exp's range takes the shifted path, a masked row gives NaN), the division
+    by it comes after the product with V."""
+    from onnx_mini.ops import fused
+    dt = np.float64 if case == "float64" else np.float32
+    r = np.random.default_rng(11)
+    q, k, v = (r.standard_normal(shape).astype(dt) for shape in ((1, 16), (16, 10), (10, 16)))
+    mask = None
+    if case == "overflow":
+        q *= 500
+    elif case == "far_below":
+        mask = np.full((1, 10), -200, dt)
+    elif case == "masked":
+        mask = np.full((1, 10), -np.inf, dt)
+    elif case == "vector_v":
+        v = v[:, 0].copy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error" if case != "masked" else "ignore")
+        got = fused.fused_attention(scale=0.25)(q, k, v, mask)
+    want = attention_ref(q, k, v, mask, 0.25)
+    assert got.dtype == dt and got.shape == want.shape
+    if case == "masked":
+        assert np.isnan(got).all()
+    else:
+        tol = 1e-12 if dt == np.float64 else 1e-5        # float32: scores, exp and sums each rounded
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    from onnx_mini import blas
+    monkeypatch.setattr(blas, "MIN_PART_MACS", 1)      # every product through blas.matmul: the same values
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        again = fused.fused_attention(scale=0.25)(q, k, v, mask)
+    assert np.array_equal(again, got, equal_nan=True)
+    for total, safe in ((1.0, True), (2.0 ** -61, False), (np.inf, False), (np.nan, False), (3e38, True)):
+        assert fused._softmax_sums_safe(np.array([[total]], np.float32)) is safe
+    assert fused._softmax_sums_safe(np.array([[1.0], [2.0 ** -61]], np.float32)) is False
+
+
+@pytest.mark.parametrize("act", ["Sigmoid", "Swish"])
+def test_fused_sigmoid_overflow_gives_zero_without_a_warning_and_leaves_numpy_settings(act):
+    from onnx_mini.ops import fused
+    y = np.array([[-100.0, -1.0, 0.0, 3.0, 100.0]], np.float32)
+    before = np.geterr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = fused.fused_matmul(activation=act, _constants={})(y, np.eye(5, dtype=np.float32), np.zeros((1, 5), np.float32))
+    with np.errstate(over="ignore"):
+        sig = 1 / (1 + np.exp(-y.astype(np.float64)))
+    np.testing.assert_allclose(got, sig if act == "Sigmoid" else y * sig, rtol=1e-6, atol=1e-37)
+    assert got[0, 0] == 0 and np.geterr() == before       # exp(100) overflows float32: 1 / inf
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float16])

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import blas
 from ..errors import InvalidValueError
 from ..registry import kernel
 from ._common import UPCAST, broadcasts_to, prepack, with_scalar
@@ -78,14 +79,19 @@ def _sigmoid_inplace(y):
 
 def _sigmoid_of_negated(t):
     """t = -y becomes sigmoid(y) = 1 / (1 + exp(t)), in place."""
-    # exp(t) is inf for t > 88.7 (float32): 1 / (1 + inf) = 0, without a warning. errstate is the
-    # one per-call cost kept (~1.2 us here): the warning-free forms measured slower on 64 values (the
-    # Sigmoid kernel's exp(-|y|) form and its masks: 5.2 against 3.8 us) or change results (t
-    # clamped to 88.7: 3e-39 instead of 0 for y below -88.7; 0.5 + 0.5 tanh(y / 2): the tail)
-    with np.errstate(over="ignore"):
-        np.exp(t, out=t)
+    _exp_in_place(t)
     t += 1
     np.reciprocal(t, out=t)
+
+
+# exp(t) is inf for t > 88.7 (float32): 1 / (1 + inf) = 0, without a warning. errstate is the one
+# per-call cost kept, as a decorator (~0.5 us a call here; a `with` block: ~1.1): the warning-free
+# forms measured slower on 64 values (the Sigmoid kernel's exp(-|y|) form and its masks: 5.2 against
+# 3.8 us) or change results (t clamped to 88.7: 3e-39 instead of 0 for y below -88.7; 0.5 + 0.5
+# tanh(y / 2): the tail)
+@np.errstate(over="ignore")
+def _exp_in_place(t):
+    np.exp(t, out=t)
 
 
 def _finisher(activation: str, params):
@@ -245,15 +251,32 @@ def _add_into(y, z, inputs):
 
 
 @kernel("Gemm", since=1, domain=FUSED_DOMAIN, multi_output=False, heavy=True)
-def fused_gemm(*, alpha=1.0, beta=1.0, transA=0, transB=0, activation="", activation_params=()):
+def fused_gemm(*, alpha=1.0, beta=1.0, transA=0, transB=0, activation="", activation_params=(), _constants=None):
     """Gemm (opset 7+ semantics), then the activation in place."""
     gemm = gemm_11(alpha=alpha, beta=beta, transA=transA, transB=transB)
     finish = _finisher(activation, activation_params)
+    act = _activation(activation, activation_params) if activation else None
+    c_const = (_constants or {}).get(2)
+    # a constant 1-D C as a row: the same sums, without numpy's broadcasting set-up (as fused MatMul's
+    # bias: [1, 256] + [256] ~1 us a call here, + [1, 256] ~0.5)
+    row = c_const.reshape(1, -1) if c_const is not None and c_const.ndim == 1 else None
+
+    def product(a, b, c):
+        if c is c_const and row is not None:
+            try:
+                return gemm(a, b, row)
+            except InvalidValueError:
+                pass                    # Gemm's error again, naming C as given
+        return gemm(a, b, c)
     if finish is None:
-        return gemm
+        return gemm if row is None else lambda a, b, c=None: product(a, b, c)
 
     def run(a, b, c=None):
-        return finish(gemm(a, b, c), None)     # Gemm's result is always a fresh buffer of its own
+        y = product(a, b, c)           # Gemm's result is always a fresh buffer of its own
+        if y.dtype in _INPLACE:
+            act(y)
+            return y
+        return finish(y, None)
     return run
 
 
@@ -263,25 +286,38 @@ def fused_matmul(*, activation="", activation_params=(), _constants=None):
     shape), then the activation in place."""
     mm = matmul_1()
     finish = _finisher(activation, activation_params)
+    act = _activation(activation, activation_params) if activation else None
     bias_c = (_constants or {}).get(2)
     # a constant 1-D bias as a row: adding it to a 2-D product skips numpy's broadcasting set-up
     # (np.add [1, 64] + [64]: 1.24 us, + [1, 64]: 0.48 us here)
     row = bias_c.reshape(1, -1) if bias_c is not None and bias_c.ndim == 1 else None
 
-    def biased(a, b, bias):
+    def general(a, b, bias):
         y = mm(a, b)
-        return _add_into(y, row if bias is bias_c and row is not None and y.ndim == 2 else bias, (a, b, bias))
+        if bias is not None:
+            y = _add_into(y, row if bias is bias_c and row is not None and y.ndim == 2 else bias, (a, b, bias))
+            return y if finish is None else finish(y, None)     # the sum is our own buffer
+        return y if finish is None else finish(y, (a, b))
 
-    if finish is None:
-        def run(a, b, bias=None):
-            return mm(a, b) if bias is None else biased(a, b, bias)
-        return run
-
-    def run_act(a, b, bias=None):
-        if bias is None:
-            return finish(mm(a, b), (a, b))
-        return finish(biased(a, b, bias), None)     # the sum is our own buffer
-    return run_act
+    def run(a, b, bias=None):
+        dt = a.dtype
+        if bias is None or bias.dtype is not dt or b.dtype is not dt or dt not in _INPLACE or a.ndim != 2 or b.ndim != 2:
+            return general(a, b, bias)
+        # float32/64 matrices and a bias of their type: MatMul's product (numpy's below blas's split
+        # size, as MatMul's kernel does) is a fresh buffer of our own, which the general path's checks
+        # need not ask (a Scan RNN step's [1, 64] x [64, 128] + [1, 128]: 2.75 against 3.7 us, under load)
+        try:
+            y = np.matmul(a, b) if a.size * b.shape[1] < 2 * blas.MIN_PART_MACS else blas.matmul(a, b)
+        except ValueError:
+            return mm(a, b)         # fails again, with MatMul's message
+        try:
+            np.add(y, row if bias is bias_c and row is not None else bias, out=y)
+        except ValueError:          # the sum is larger than the product (checked before any write)
+            y = np.asarray(y + bias)
+        if act is not None:
+            act(y)
+        return y
+    return run
 
 
 @kernel("Swish", since=1, domain=FUSED_DOMAIN, multi_output=False, rank="first")
@@ -326,6 +362,9 @@ def fused_attention(*, scale=1.0, divide=0, transpose_k=0):
     transposed) or, with transpose_k, K with its last two axes swapped. float32/float64 scores are one
     buffer worked on in place; other types run the Softmax-13 kernel on the scores as the nodes would."""
     c = float(scale)
+    # the scale in the scores' type, made once, as 0-d arrays: a numpy scalar operand costs ~0.5 us a
+    # call more (converted to an array by each ufunc call), the values and loops are the same
+    factors = {dt: np.array(c, dt) for dt in _INPLACE}
     other_softmax = along_axis(softmax, -1, SOFTMAX_VIA_F32)      # Softmax-13's kernel
     mm = matmul_1()
 
@@ -334,24 +373,24 @@ def fused_attention(*, scale=1.0, divide=0, transpose_k=0):
             k = k.swapaxes(-1, -2)
         dt = q.dtype
         checked = dt in _INPLACE and k.dtype == dt and v.dtype == dt and q.ndim > 1 and k.ndim > 1
-        product = (lambda a, b: matmul(a, b, "Attention")) if checked else mm
-        scores = product(q, k)      # checked: MatMul's products without its kernel's per-call type checks
+        # checked: MatMul's products without its kernel's per-call type checks
+        product = _attention_product if checked else mm
+        scores = product(q, k)
         dt = scores.dtype
         if dt not in _INPLACE:
             scores = scores / dt.type(c) if divide else scores * dt.type(c)
             if mask is not None:
                 scores = scores + mask
             return mm(other_softmax(np.asarray(scores, dtype=dt)), v)
-        scores = _scaled_masked(scores, dt, divide, c, mask)
+        scores = _scaled_masked(scores, dt, divide, c, factors[dt], mask)
         if scores.size:
-            with np.errstate(over="ignore", invalid="ignore"):     # an overflow takes the shifted path
-                np.exp(scores, out=scores)
-                total = scores.sum(axis=-1, keepdims=True)
-                y = product(scores, v)
-            if _softmax_sums_safe(total) and y.shape == np.broadcast_shapes(y.shape, total.shape):
+            total, y = _exp_sum_product(scores, v, product)
+            # checked with V of rank >= 2: the sums [.., n, 1] broadcast to the result [.., n, d]
+            if _softmax_sums_safe(total) and ((checked and v.ndim > 1)
+                                              or y.shape == np.broadcast_shapes(y.shape, total.shape)):
                 y /= total
                 return y
-            scores = _scaled_masked(product(q, k), dt, divide, c, mask)      # rare: again, shifted
+            scores = _scaled_masked(product(q, k), dt, divide, c, factors[dt], mask)    # rare: again, shifted
             scores -= scores.max(axis=-1, keepdims=True)
             np.exp(scores, out=scores)
             scores /= scores.sum(axis=-1, keepdims=True)
@@ -359,12 +398,33 @@ def fused_attention(*, scale=1.0, divide=0, transpose_k=0):
     return run
 
 
-def _scaled_masked(scores: np.ndarray, dt: np.dtype, divide: int, c: float, mask) -> np.ndarray:
-    """scores / c (or * c) + mask, in place on the scores (float32/float64, our own buffer)."""
+def _attention_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """matmul(a, b, "Attention"); a product below blas's split size goes to numpy at once, as
+    blas.matmul would after its checks (~1 us a call of the decoder's [1, 256] x [256, 50])."""
+    if b.ndim and a.size * b.shape[-1] < 2 * blas.MIN_PART_MACS:
+        try:
+            return np.matmul(a, b)
+        except ValueError:
+            pass                        # matmul says why
+    return matmul(a, b, "Attention")
+
+
+# errstate as a decorator: ~0.5 us a call here, against ~1.1 for a `with` block (its object made and
+# entered); thread-safe alike (the state is a context variable set per call).
+@np.errstate(over="ignore", invalid="ignore")     # an overflow takes the shifted path
+def _exp_sum_product(scores: np.ndarray, v: np.ndarray, product):
+    """exp(scores) in place, -> (its row sums, its product with v)."""
+    np.exp(scores, out=scores)
+    return np.add.reduce(scores, axis=-1, keepdims=True), product(scores, v)     # ndarray.sum, one call less
+
+
+def _scaled_masked(scores: np.ndarray, dt: np.dtype, divide: int, c: float, factor, mask) -> np.ndarray:
+    """scores / c (or * c) + mask, in place on the scores (float32/float64, our own buffer); factor: c
+    in the scores' type."""
     if divide:
-        scores /= dt.type(c)
+        scores /= factor
     elif c != 1.0:
-        scores *= dt.type(c)
+        scores *= factor
     if mask is not None:
         if mask.dtype == dt and _fits(mask.shape, scores.shape):
             scores += mask
@@ -381,10 +441,14 @@ def _scaled_masked(scores: np.ndarray, dt: np.dtype, divide: int, c: float, mask
 # type's max] means a term overflowed, or that a row's largest terms may be subnormal (its maximum
 # below ~-41): then the whole softmax is computed again, shifted.
 _SUM_LO = 2.0 ** -60
+_SUM_HI = {dt: float(np.finfo(dt).max) for dt in _INPLACE}
 
 
 def _softmax_sums_safe(total: np.ndarray) -> bool:
-    return bool(total.min() >= _SUM_LO and total.max() <= np.finfo(total.dtype).max)
+    hi = _SUM_HI[total.dtype]
+    if total.size == 1:             # one row (a decoder step): a Python float, no reductions (~2.5 us)
+        return _SUM_LO <= total.item() <= hi      # NaN fails, as it fails min/max
+    return bool(total.min() >= _SUM_LO and total.max() <= hi)
 
 
 @kernel("ChannelAffine", since=1, domain=FUSED_DOMAIN, multi_output=False)

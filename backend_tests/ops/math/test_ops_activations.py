@@ -18,7 +18,7 @@ import pytest
 from onnx_mini import catalog
 from onnx_mini import registry
 from onnx_mini.errors import InvalidNodeError, KernelError
-from onnx_mini.ops._common import with_scalar
+from onnx_mini.ops._common import scalar_array, with_scalar
 
 from helpers import assert_same, np_type, run_op as run, sample, type_matrix
 
@@ -325,6 +325,24 @@ def test_constant_runs_are_kept_apart_by_value_type_and_nan():
         assert np.array_equal(with_scalar(np.minimum, x, v), np.minimum(x, np.float64(v)))
     for _ in range(2):
         assert np.isnan(with_scalar(np.maximum, x, float("nan"))).all()
+
+
+def test_small_tensors_get_the_constant_as_a_kept_0d_array():
+    # below 1024 values with_scalar hands numpy the constant as a read-only 0-d array of x's type, kept by
+    # the constant's type and value (scalar_array): -0.0 apart from 0.0, a float32 0.1 apart from 0.1,
+    # NaN found again; the results are numpy's own with the constant as a scalar of x's type
+    x = np.array([-0.0, 0.0, np.nan, 0.1, -2.0, 3.0])
+    for ufunc, v in ((np.minimum, np.float32(0.1)), (np.minimum, 0.1), (np.maximum, float("nan")),
+                     (np.maximum, 0), (np.minimum, 1), (np.minimum, True)):
+        for _ in range(2):          # made, then found
+            assert np.array_equal(with_scalar(ufunc, x, v).view(np.int64), ufunc(x, np.float64(v)).view(np.int64))
+    f32 = np.dtype(np.float32)
+    s = scalar_array(f32, 1.5)
+    assert s.shape == () and s.dtype == f32 and s == 1.5 and not s.flags.writeable
+    assert scalar_array(f32, 1.5) is s and scalar_array(np.dtype(np.float64), 1.5) is not s
+    assert not np.signbit(scalar_array(f32, 0.0)) and np.signbit(scalar_array(f32, -0.0))
+    assert scalar_array(f32, 1) == 1 and scalar_array(np.dtype(np.int8), 1).dtype == np.int8
+    assert np.isnan(scalar_array(f32, float("nan"))) and scalar_array(f32, float("nan")) is scalar_array(f32, float("nan"))
 
 
 @pytest.mark.parametrize("op, attrs, formula", [
