@@ -1390,3 +1390,149 @@ def test_qlinear_conv_rescale_takes_the_float32_next_to_a_near_tie_scale(monkeyp
     assert y.dtype == np.uint8 and y.shape == (1, 1, 1, bound + 1)
     np.testing.assert_array_equal(y[0, 0, 0], expected)
     assert y[0, 0, 0, acc0] == 101 + 5
+
+
+# -- im2col: columns from the stride phases, products in bands -----------------------------------
+
+PHASE_CASES = [  # (x shape, kernel, strides, dilations, pads begin + end, group)
+    ((1, 3, 9, 10), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1),       # the first conv's geometry, even and odd sides
+    ((1, 2, 11, 7), (3, 2), (3, 2), (1, 2), (2, 0, 1, 3), 1),       # stride 3, dilation, lopsided pads
+    ((1, 4, 8, 9), (2, 4), (2, 3), (2, 1), (0, 3, 2, 0), 2),        # two groups, a tap reaching past the image
+    ((1, 2, 13), (5,), (2,), (3,), (4, 1), 1),                      # 1-D
+    ((1, 2, 5, 6, 7), (3, 1, 2), (2, 1, 3), (1, 1, 2), (1, 0, 2, 1, 0, 0), 1),   # 3-D, one axis unstrided
+    ((1, 1, 4, 4), (1, 1), (4, 4), (1, 1), (0, 0, 0, 0), 1),        # one phase of each 4x4 block is all
+]
+
+
+def _columns_pair(monkeypatch, xs, kernel, strides, dil, pads, group, dtype):
+    """(the window view's Columns, the stride phases' Columns) of one geometry."""
+    r = len(kernel)
+    begin, end = list(pads[:r]), list(pads[r:])
+    out = [(s + b + e - (k - 1) * d - 1) // st + 1
+           for s, b, e, k, d, st in zip(xs[2:], begin, end, kernel, dil, strides)]
+    made = []
+    for limit in (1 << 60, 0):
+        monkeypatch.setattr(thresholds, "PHASES_MIN_COLUMN_BYTES", limit)
+        made.append(im2col.Columns(xs, dtype, group, kernel, strides, dil, begin, end, out))
+    return made, out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced"])
+@pytest.mark.parametrize("xs,kernel,strides,dil,pads,group", PHASE_CASES)
+def test_im2col_phase_columns_equal_the_window_columns(monkeypatch, xs, kernel, strides, dil, pads, group, layout,
+                                                       dtype):
+    """The columns gathered from the stride phases are the window view's, bit for bit (float32 by 8-byte
+    pairs along a stride-2 last axis when X's last axis is contiguous: NaN payloads, -0.0 and
+    infinities kept), for X contiguous, a transposed copy's view or a slice of a wider array."""
+    (view, phases), out = _columns_pair(monkeypatch, xs, kernel, strides, dil, pads, group, np.dtype(dtype))
+    assert view.phases is None and phases.phases is not None
+    x = RNG.standard_normal(xs).astype(dtype)
+    flat = x.reshape(-1)
+    flat[:4] = [np.inf, -0.0, -np.inf, 0.0]
+    if dtype == np.float32:
+        flat.view(np.uint32)[4:6] = [0x7FC00123, 0xFFA00001]        # NaNs with payloads (quiet and signalling)
+    if layout == "transposed":
+        x = np.ascontiguousarray(np.swapaxes(x, 1, -1)).swapaxes(1, -1)
+    elif layout == "sliced":
+        x = np.concatenate([x, x[..., :2]], axis=-1)[..., :xs[-1]]
+    a, b = view.columns(x), phases.columns(x)
+    assert a.shape == b.shape == (1, group, xs[1] // group * math.prod(kernel), math.prod(out))
+    assert a.dtype == b.dtype == dtype
+    assert np.array_equal(a.view(np.uint8), b.view(np.uint8))      # same bits, NaNs included
+
+
+@pytest.mark.parametrize("xs,kernel,strides,dil,pads,group", PHASE_CASES)
+def test_im2col_phases_conv_against_direct_loop(monkeypatch, xs, kernel, strides, dil, pads, group):
+    monkeypatch.setattr(thresholds, "PHASES_MIN_COLUMN_BYTES", 0)
+    calls = spy_on(monkeypatch, im2col.Phases, "columns")
+    x, w, b = ints(xs), ints((4, xs[1] // group, *kernel)), ints((4,))
+    attrs = dict(group=group, strides=list(strides), dilations=list(dil), pads=list(pads))
+    assert_same(run_conv([x, w, b], "im2col", **attrs_of(**attrs)), conv_expected(x, w, b, **attrs).astype(np.float32))
+    assert calls == ["columns"]
+
+
+def test_im2col_phases_chosen_by_the_size_of_the_columns():
+    """From thresholds.PHASES_MIN_COLUMN_BYTES of columns on (768 KB): the first conv of a 224x224 RGB
+    network (3 x 9 x 112 x 112 x 4 bytes = 1.35 MB) gathers from its phases; a small strided layer
+    (16 x 9 x 12 x 12 x 4 = 83 KB) and an unstrided one (any size) from the window view."""
+    def phased(c, side, stride, dtype=np.float32):
+        out = (side + 2 - 3) // stride + 1
+        return im2col.Columns((1, c, side, side), np.dtype(dtype), 1, (3, 3), (stride, stride), (1, 1), (1, 1),
+                              (1, 1), (out, out)).phases is not None
+    assert phased(3, 224, 2) and not phased(16, 24, 2) and not phased(3, 224, 1)
+    assert phased(3, 160, 2, np.float64) and not phased(3, 160, 2)     # 691 KB in float32, twice that in float64
+
+
+BAND_CASES = [  # (x shape, w shape, attributes)
+    ((1, 3, 9, 8), (5, 3, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ((1, 2, 10, 7), (3, 2, 2, 3), dict(pads=[0, 2, 1, 0], dilations=[2, 1])),
+    ((1, 2, 17), (4, 2, 3), dict(pads=[1, 1], strides=[1])),
+    ((1, 2, 5, 4, 6), (3, 2, 2, 3, 2), dict(pads=[1, 0, 1, 0, 1, 1])),
+    ((2, 3, 8, 8), (4, 3, 3, 3), dict(pads=[1, 1, 1, 1])),          # two images (per_image)
+]
+
+
+@pytest.mark.parametrize("band_bytes", [1, 200, 1000, 1 << 30])
+@pytest.mark.parametrize("xs,ws,attrs", BAND_CASES)
+def test_im2col_bands_against_direct_loop(monkeypatch, xs, ws, attrs, band_bytes):
+    """Columns of thresholds.IM2COL_BANDS_MIN_BYTES and more (one group) are gathered and multiplied in
+    bands of output rows of about IM2COL_BAND_BYTES in a run that splits its products: one row a
+    band, a few, a last short band, all."""
+    monkeypatch.setattr(thresholds, "IM2COL_BANDS_MIN_BYTES", 0)
+    monkeypatch.setattr(thresholds, "IM2COL_BAND_BYTES", band_bytes)
+    monkeypatch.setattr(onnx_mini.blas, "splitting", lambda: True)     # as in a "split" run
+    calls = spy_on(monkeypatch, im2col, "conv_bands")
+    x, w, b = ints(xs), ints(ws), ints(ws[:1])
+    assert_same(run_conv([x, w, b], "im2col", constant=(1, 2), **attrs),
+                conv_expected(x, w, b, **attrs).astype(np.float32))
+    assert calls == ["conv_bands"] * xs[0]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_im2col_bands_results_do_not_depend_on_the_threads(monkeypatch, threads):
+    """The bands are the same products whether the pool shares them or one thread runs them all: a
+    float32 layer of random values gives the same bits in "split" mode on two threads as on one."""
+    monkeypatch.setattr(thresholds, "IM2COL_BANDS_MIN_BYTES", 0)
+    monkeypatch.setattr(thresholds, "IM2COL_BAND_BYTES", 4000)
+    x = RNG.standard_normal((1, 8, 24, 20)).astype(np.float32)
+    w = RNG.standard_normal((6, 8, 3, 3)).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", 1, x.shape)],
+                              [helper.make_empty_tensor_value_info("y")], [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    calls = spy_on(monkeypatch, im2col, "conv_bands")
+    monkeypatch.setattr(onnx_mini.blas, "POLICY", "split")
+    y = onnx_mini.prepare(model, threads=threads).run([x])[0]
+    monkeypatch.setattr(onnx_mini.blas, "POLICY", "auto")
+    single = onnx_mini.prepare(model, threads=1).run([x])[0]      # one thread: a run that splits, alone
+    assert len(calls) == (2 if onnx_mini.blas.managed() else 0)    # (only numpy's OpenBLAS is split)
+    assert np.array_equal(y, single)
+    np.testing.assert_allclose(y, conv_expected(x, w, pads=[1, 1, 1, 1]), rtol=1e-5, atol=1e-5)
+
+
+def test_im2col_bands_only_where_the_run_splits_its_products(monkeypatch):
+    """With OpenBLAS's own threads (not splitting) the banded geometry makes the one whole product:
+    the same bits as columns that are not banded."""
+    monkeypatch.setattr(onnx_mini.blas, "splitting", lambda: False)
+    calls = spy_on(monkeypatch, im2col, "conv_bands")
+    x = RNG.standard_normal((1, 4, 20, 18)).astype(np.float32)
+    w = RNG.standard_normal((5, 4, 3, 3)).astype(np.float32)
+    made = []
+    for limit in (0, 1 << 60):
+        monkeypatch.setattr(thresholds, "IM2COL_BANDS_MIN_BYTES", limit)
+        made.append(im2col.Columns(x.shape, x.dtype, 1, (3, 3), (1, 1), (1, 1), (1, 1), (1, 1), (20, 18)))
+    assert made[0].band is not None and made[1].band is None
+    banded, whole = (im2col.conv(x, w, 1, cols, (20, 18)) for cols in made)
+    assert calls == [] and np.array_equal(banded, whole)
+
+
+def test_im2col_bands_from_their_size():
+    """One group's columns of thresholds.IM2COL_BANDS_MIN_BYTES (4 MB) and more go in bands: a U-Net's
+    16 -> 16 layer at 128x128 (16 x 9 x 128 x 128 x 4 bytes = 9.4 MB), not at 64x64 (2.4 MB), nor
+    with two groups; bands of about IM2COL_BAND_BYTES (576 KB: 8 of the 128 output rows)."""
+    def band(c, side, group=1):
+        return im2col.Columns((1, c, side, side), np.dtype(np.float32), group, (3, 3), (1, 1), (1, 1), (1, 1),
+                              (1, 1), (side, side)).band
+    assert band(16, 128) == 576 * 1024 * 128 // (16 * 9 * 128 * 128 * 4) == 8
+    assert band(16, 64) is None and band(16, 128, group=2) is None
