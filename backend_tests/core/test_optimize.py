@@ -917,3 +917,199 @@ def test_relu_after_nested_concats_and_global_pools():
                 ["Relu", "GlobalMaxPool", "GlobalAveragePool", "Concat", "Neg", "GlobalAveragePool", "Relu",
                  "Concat"])
     assert opt.run([rand(2, 3, 4, 4)])[0].shape == (2, 12, 1, 1)
+
+
+# -- MatMul -> Add -> Add -> activation: one step (an RNN cell's x W + h R + b, then Tanh) ----------------
+
+def two_adds_model(first, second, bias, act, et=F, extra_reader=None, outputs=None):
+    """MatMul(x, w) -> Add with a fed `c` (operands in `first` order: 'pc' or 'cp') -> Add with `b`
+    (`second` order: 'sb' or 'bs'; `bias`: 'const' or 'fed', its shape in b's feed) -> `act` (or none)."""
+    p_c = ["p", "c"] if first == "pc" else ["c", "p"]
+    s_b = ["s", "b"] if second == "sb" else ["b", "s"]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p"]), helper.make_node("Add", p_c, ["s"]),
+             helper.make_node("Add", s_b, ["t"])]
+    if act:
+        nodes.append(helper.make_node(act, ["t"], ["y"]))
+    if extra_reader:
+        nodes.append(helper.make_node("Neg", [extra_reader], ["other"]))
+    outs = outputs or (["y" if act else "t"] + (["other"] if extra_reader else []))
+    return nodes, outs
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("order", ["pc-sb", "cp-bs", "pc-bs", "cp-sb"])
+@pytest.mark.parametrize("bias", ["const", "const_row", "fed", "fed_row"])
+@pytest.mark.parametrize("act", ["", "Tanh", "Relu"])
+def test_matmul_add_add_activation_is_one_step_bit_for_bit(dtype, order, bias, act):
+    """((x w + c) + b), then the activation, in one fused step: the values of the nodes as written bit for
+    bit (the graph's association kept: x w + (c + b) differs in the last bits), inputs untouched."""
+    et = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
+    r = np.random.default_rng(22)        # its own numbers: the last check needs sums that round apart
+    b = r.standard_normal((1, 128) if bias.endswith("row") else 128).astype(dtype)
+    w, x, c = (r.standard_normal(shape).astype(dtype) for shape in ((64, 128), (3, 64), (3, 128)))
+    x *= 0.1            # pre-activations of order 1: Tanh is not saturated
+    c *= 1e-3
+    fed = bias.startswith("fed")
+    nodes, outs = two_adds_model(*order.split("-"), bias, act)
+    ins = [("x", et, [3, 64]), ("c", et, [3, 128])] + ([("b", et, list(b.shape))] if fed else [])
+    m = model(nodes, ins, [(o, et, None) for o in outs], [init("w", w)] + ([] if fed else [init("b", b)]))
+    feeds = [x, c] + ([b] if fed else [])
+    kept = [f.copy() for f in feeds]
+    opt, raw = onnx_mini.prepare(m), onnx_mini.prepare(m, optimize=False)
+    assert steps(opt) == [(FUSED, "MatMul")]
+    assert len(opt.plan.infos[0].fused_from) == (4 if act else 3)
+    got, want = opt.run(feeds)[0], raw.run(feeds)[0]
+    assert got.dtype == dtype and got.shape == want.shape == (3, 128)
+    np.testing.assert_array_equal(got, want)
+    for f, k in zip(feeds, kept):
+        np.testing.assert_array_equal(f, k)
+    # the test tells the associations apart: x w + (c + b) differs in some values
+    apply = {"": lambda y: y, "Tanh": np.tanh, "Relu": lambda y: np.maximum(y, 0)}[act]
+    assert not np.array_equal(apply(np.matmul(x, w) + (c + b)), want)
+
+
+def test_matmul_add_add_broadcasting_past_the_product_and_sigmoid():
+    """Addends that make the sum larger than the product ([3, 1, 8] after a [2, 8] product), and a 3-D
+    product: the Adds' results; Sigmoid within rounding of its kernel's form (as the one-Add fusion)."""
+    nodes, outs = two_adds_model("pc", "sb", "fed", "Sigmoid")
+    m = model(nodes, [("x", F, None), ("c", F, None), ("b", F, None)], [("y", F, None)],
+              [init("w", rand(5, 8))])
+    check(m, [rand(2, 5), rand(3, 1, 8), rand(8)], [(FUSED, "MatMul")], rtol=1e-6, atol=1e-7)
+    check(m, [rand(2, 5), rand(8), rand(4, 1, 1, 8)], [(FUSED, "MatMul")], rtol=1e-6, atol=1e-7)
+    check(m, [rand(4, 2, 5), rand(2, 8), rand(8)], [(FUSED, "MatMul")], rtol=1e-6, atol=1e-7)
+    nodes, outs = two_adds_model("pc", "sb", "fed", "Tanh")
+    m = model(nodes, [("x", F, None), ("c", F, None), ("b", F, None)], [("y", F, None)], [init("w", rand(5, 8))])
+    feeds = [rand(4, 2, 5), rand(3, 1, 1, 8), rand(1, 8)]
+    opt = check(m, feeds, [(FUSED, "MatMul")])
+    np.testing.assert_array_equal(opt.run(feeds)[0], onnx_mini.prepare(m, optimize=False).run(feeds)[0])
+
+
+@pytest.mark.parametrize("dtype, act", [(np.float16, ""), (np.float16, "Relu"), (np.float16, "Tanh"),
+                                        (np.int32, ""), (np.int32, "Relu")])
+def test_matmul_add_add_of_other_types_bit_for_bit(dtype, act):
+    """float16 (the activation in float32, rounded back once, as the Tanh kernel does) and int32 products
+    take the kernel's general path: the nodes' values, bit for bit."""
+    r = np.random.default_rng(5)
+    et = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    make = (lambda *s: (r.standard_normal(s) * 0.5).astype(dtype)) if dtype == np.float16 else (
+        lambda *s: r.integers(-50, 50, s).astype(dtype))
+    nodes, outs = two_adds_model("cp", "bs", "const", act)
+    m = model(nodes, [("x", et, None), ("c", et, None)], [(outs[0], et, None)],
+              [init("w", make(16, 8)), init("b", make(8))])
+    feeds = [make(3, 16), make(3, 8)]
+    opt = check(m, feeds, [(FUSED, "MatMul")], rtol=0, atol=0)
+    np.testing.assert_array_equal(opt.run(feeds)[0], onnx_mini.prepare(m, optimize=False).run(feeds)[0])
+
+
+def test_matmul_add_add_not_fused_past_an_intermediate_read_elsewhere():
+    """The first sum read by another node or a graph output stays visible: the second Add stays a step
+    (and so does the activation after it); likewise the second sum read elsewhere keeps the activation
+    apart; an Add after an activation is not moved before it."""
+    ins = [("x", F, [3, 64]), ("c", F, [3, 128]), ("b", F, [128])]
+    feeds = [rand(3, 64), rand(3, 128), rand(128)]
+    w = [init("w", rand(64, 128))]
+    nodes, outs = two_adds_model("pc", "sb", "fed", "Tanh", extra_reader="s")
+    check(model(nodes, ins, [(o, F, None) for o in outs], w), feeds, [(FUSED, "MatMul"), "Add", "Tanh", "Neg"])
+    nodes, _ = two_adds_model("pc", "sb", "fed", "Tanh")
+    check(model(nodes, ins, [("y", F, None), ("s", F, None)], w), feeds, [(FUSED, "MatMul"), "Add", "Tanh"])
+    nodes, outs = two_adds_model("pc", "sb", "fed", "Tanh", extra_reader="t")
+    check(model(nodes, ins, [(o, F, None) for o in outs], w), feeds, [(FUSED, "MatMul"), "Tanh", "Neg"])
+    check(model(nodes[:3], ins, [("t", F, None), ("s", F, None)], w), feeds, [(FUSED, "MatMul"), "Add"])
+    relu_first = [helper.make_node("MatMul", ["x", "w"], ["p"]), helper.make_node("Add", ["p", "c"], ["s"]),
+                  helper.make_node("Relu", ["s"], ["r"]), helper.make_node("Add", ["r", "b"], ["y"])]
+    check(model(relu_first, ins, [("y", F, None)], w), feeds, [(FUSED, "MatMul"), "Add"])
+
+
+def test_scan_rnn_cell_is_matmul_and_one_fused_step():
+    """A Scan RNN (h = Tanh(x Wx + h Wh + b), as benchmarks/app_models.py's scan_rnn): in the body, MatMul,
+    Add, Add and Tanh become one fused step reading the outer-scope weights and bias; the states and
+    outputs of every step are those of the graph as written, bit for bit."""
+    hidden, n_in, steps_ = 16, 8, 7
+    body_nodes = [helper.make_node("MatMul", ["cell_x", "wx"], ["xw"]),
+                  helper.make_node("MatMul", ["cell_h", "wh"], ["hw"]),
+                  helper.make_node("Add", ["xw", "hw"], ["pre0"]), helper.make_node("Add", ["pre0", "b"], ["pre"]),
+                  helper.make_node("Tanh", ["pre"], ["cell_h_out"]),
+                  helper.make_node("Identity", ["cell_h_out"], ["cell_y"])]
+    body = helper.make_graph(body_nodes, "rnn_cell",
+                             [helper.make_tensor_value_info("cell_h", F, [1, hidden]),
+                              helper.make_tensor_value_info("cell_x", F, [1, n_in])],
+                             [helper.make_tensor_value_info("cell_h_out", F, [1, hidden]),
+                              helper.make_tensor_value_info("cell_y", F, [1, hidden])])
+    nodes = [helper.make_node("Scan", ["h0", "x"], ["h_last", "y"], body=body, num_scan_inputs=1)]
+    m = model(nodes, [("h0", F, [1, hidden]), ("x", F, [steps_, 1, n_in])],
+              [("h_last", F, [1, hidden]), ("y", F, [steps_, 1, hidden])],
+              [init("wx", rand(n_in, hidden)), init("wh", rand(hidden, hidden) * 0.3), init("b", rand(hidden))])
+    feeds = [rand(1, hidden), rand(steps_, 1, n_in)]
+    opt = check(m, feeds, ["Scan"])
+    got, want = opt.run(feeds), onnx_mini.prepare(m, optimize=False).run(feeds)
+    for g, r in zip(got, want):
+        np.testing.assert_array_equal(g, r)
+    assert np.abs(got[1]).max() < 1 and np.ptp(got[1][-1]) > 0.1       # Tanh'ed states that vary
+    from onnx_mini import loader  # noqa: PLC0415
+    from onnx_mini.prepare import prepare_plan  # noqa: PLC0415
+    loaded = loader.load(m)
+    plan = prepare_plan(loaded.graph.nodes[0].attrs["body"], loaded.opsets, outer_scope=("wx", "wh", "b"))
+    assert [(i.domain, i.op_type) for i in plan.infos] == [("", "MatMul"), (FUSED, "MatMul"), ("", "Identity")]
+    fused = plan.infos[1]
+    assert fused.inputs == ("cell_x", "wx", "hw", "b") and fused.outputs == ("cell_h_out",)
+    assert len(fused.fused_from) == 4
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_matmul_second_addend_on_the_short_path(dtype, monkeypatch):
+    """The kernel itself: product + bias, then + addend (constant or fed, [N], [1, N] or broadcasting the
+    sum larger), below and above blas's split size: numpy's sums in that order; an addend of another type
+    or shape is refused as the unfused Add would."""
+    from onnx_mini import blas
+    from onnx_mini.errors import InvalidValueError
+    from onnx_mini.ops import fused
+    r = np.random.default_rng(3)
+    x, w, bias = (r.standard_normal(s).astype(dtype) for s in ((1, 64), (64, 128), (1, 128)))
+    const = r.standard_normal(128).astype(dtype)
+    kept = [a.copy() for a in (x, w, bias, const)]
+    for split in (blas.MIN_PART_MACS, 64):
+        monkeypatch.setattr(blas, "MIN_PART_MACS", split)
+        run = fused.fused_matmul(activation="Tanh", _constants={3: const})
+        for addend in (const, const.copy(), const.reshape(1, -1), r.standard_normal((2, 1, 128)).astype(dtype)):
+            got = run(x, w, bias, addend)
+            want = np.tanh((np.matmul(x, w) + bias) + addend)
+            assert got.dtype == dtype and got.shape == want.shape and np.array_equal(got, want)
+            assert not np.shares_memory(got, addend) and not np.shares_memory(got, bias)
+        # the bias 1-D, fed: a row view of it gives the same sums
+        assert np.array_equal(run(x, w, const.copy(), bias), np.tanh((np.matmul(x, w) + const) + bias))
+    for a, k in zip((x, w, bias, const), kept):
+        assert np.array_equal(a, k)
+    other = np.float32 if dtype == np.float64 else np.float64
+    with pytest.raises(InvalidValueError, match=r"the added input \(float.*\) must have the product's type"):
+        run(x, w, bias, const.astype(other))
+    with pytest.raises(ValueError, match=r"broadcast.*\(5,\)"):       # numpy's words, the addend as given
+        run(x, w, bias, np.ones(5, dtype))
+    # an omitted bias before the addend: the product plus the addend alone
+    got = fused.fused_matmul(activation="Relu", _constants={})(x, w, None, bias)
+    assert np.array_equal(got, np.maximum(np.matmul(x, w) + bias, 0))
+
+
+def test_loop_body_matmul_add_add_tanh_is_one_step():
+    """In a Loop body, h = Tanh(b + (h W + c)) with W, b, c from the outer scope (c fed): one fused step;
+    the final state is the graph's as written, bit for bit."""
+    body_nodes = [helper.make_node("MatMul", ["h", "w"], ["p"]), helper.make_node("Add", ["p", "c"], ["s"]),
+                  helper.make_node("Add", ["b", "s"], ["t"]), helper.make_node("Tanh", ["t"], ["h_out"]),
+                  helper.make_node("Identity", ["cond"], ["cond_out"])]
+    body = helper.make_graph(body_nodes, "body",
+                             [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                              helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+                              helper.make_tensor_value_info("h", F, [1, 8])],
+                             [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+                              helper.make_tensor_value_info("h_out", F, [1, 8])])
+    nodes = [helper.make_node("Loop", ["n", "", "h0"], ["h_last"], body=body)]
+    m = model(nodes, [("n", TensorProto.INT64, []), ("h0", F, [1, 8]), ("c", F, [1, 8])], [("h_last", F, [1, 8])],
+              [init("w", rand(8, 8) * 0.5), init("b", rand(8))])
+    feeds = [np.array(5, np.int64), rand(1, 8), rand(1, 8)]
+    opt = check(m, feeds, ["Loop"])
+    np.testing.assert_array_equal(opt.run(feeds)[0], onnx_mini.prepare(m, optimize=False).run(feeds)[0])
+    from onnx_mini import loader  # noqa: PLC0415
+    from onnx_mini.prepare import prepare_plan  # noqa: PLC0415
+    loaded = loader.load(m)
+    plan = prepare_plan(loaded.graph.nodes[0].attrs["body"], loaded.opsets, outer_scope=("w", "b", "c"))
+    assert [(i.domain, i.op_type) for i in plan.infos] == [(FUSED, "MatMul"), ("", "Identity")]
+    assert plan.infos[0].inputs == ("h", "w", "c", "b")

@@ -3,7 +3,8 @@
 
 Conv, Gemm, MatMul: the existing kernel code (imported, never copied), then the extra work in place
 on the buffer that code just allocated: a residual / bias added (Conv Z, MatMul bias) and the
-activation (Relu, Clip, LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Tanh, Swish). Float32/float64
+activation (Relu, Clip, LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Tanh, Swish); MatMul also takes
+a second addend after its bias (two Adds folded in, summed in the graph's order). Float32/float64
 results are changed in place; float16/bfloat16 go through float32 and round back once (as the
 activation kernels do); integer results (MatMul) take Relu/Clip in place. A result that is not our
 own buffer (read-only, or sharing memory with an input) is copied first.
@@ -282,38 +283,58 @@ def fused_gemm(*, alpha=1.0, beta=1.0, transA=0, transB=0, activation="", activa
 
 @kernel("MatMul", since=1, domain=FUSED_DOMAIN, multi_output=False, heavy=True)
 def fused_matmul(*, activation="", activation_params=(), _constants=None):
-    """MatMul, plus a bias (an Add folded in: numpy broadcasting, in place when it keeps the product's
+    """MatMul, plus a bias and then a second addend (one or two Adds folded in, summed in the graph's
+    order: (product + bias) + addend; numpy broadcasting, in place when the sum keeps the product's
     shape), then the activation in place."""
     mm = matmul_1()
     finish = _finisher(activation, activation_params)
     act = _activation(activation, activation_params) if activation else None
-    bias_c = (_constants or {}).get(2)
-    # a constant 1-D bias as a row: adding it to a 2-D product skips numpy's broadcasting set-up
-    # (np.add [1, 64] + [64]: 1.24 us, + [1, 64]: 0.48 us here)
+    constants = _constants or {}
+    bias_c, addend_c = constants.get(2), constants.get(3)
+    # a constant 1-D bias / addend as a row: adding it to a 2-D product skips numpy's broadcasting
+    # set-up (np.add [1, 64] + [64]: 1.24 us, + [1, 64]: 0.48 us here)
     row = bias_c.reshape(1, -1) if bias_c is not None and bias_c.ndim == 1 else None
+    addend_row = addend_c.reshape(1, -1) if addend_c is not None and addend_c.ndim == 1 else None
 
-    def general(a, b, bias):
+    def general(a, b, bias, addend):
         y = mm(a, b)
-        if bias is not None:
-            y = _add_into(y, row if bias is bias_c and row is not None and y.ndim == 2 else bias, (a, b, bias))
-            return y if finish is None else finish(y, None)     # the sum is our own buffer
-        return y if finish is None else finish(y, (a, b))
+        if bias is None:
+            if addend is None:
+                return y if finish is None else finish(y, (a, b))
+            bias, addend = addend, None     # an omitted bias (not the optimiser's form): the addend alone
+        inputs = (a, b, bias, addend)
+        y = _add_into(y, row if bias is bias_c and row is not None and y.ndim == 2 else bias, inputs)
+        if addend is not None:          # y is now our own buffer
+            y = _add_into(y, addend_row if addend is addend_c and addend_row is not None and y.ndim == 2
+                          else addend, inputs)
+        return y if finish is None else finish(y, None)
 
-    def run(a, b, bias=None):
+    def run(a, b, bias=None, addend=None):
         dt = a.dtype
-        if bias is None or bias.dtype is not dt or b.dtype is not dt or dt not in _INPLACE or a.ndim != 2 or b.ndim != 2:
-            return general(a, b, bias)
-        # float32/64 matrices and a bias of their type: MatMul's product (numpy's below blas's split
+        if (bias is None or bias.dtype is not dt or b.dtype is not dt or dt not in _INPLACE or a.ndim != 2
+                or b.ndim != 2 or (addend is not None and addend.dtype is not dt)):
+            return general(a, b, bias, addend)
+        # float32/64 matrices and addends of their type: MatMul's product (numpy's below blas's split
         # size, as MatMul's kernel does) is a fresh buffer of our own, which the general path's checks
         # need not ask (a Scan RNN step's [1, 64] x [64, 128] + [1, 128]: 2.75 against 3.7 us, under load)
         try:
             y = np.matmul(a, b) if a.size * b.shape[1] < 2 * blas.MIN_PART_MACS else blas.matmul(a, b)
         except ValueError:
             return mm(a, b)         # fails again, with MatMul's message
+        # a fed or captured 1-D operand as a row view alike (a Scan body's outer-scope bias: 0.6 against
+        # 1.07 us a [1, 128] add here; the constant's row made once: 0.42)
+        z = row if bias is bias_c and row is not None else bias[None] if bias.ndim == 1 else bias
         try:
-            np.add(y, row if bias is bias_c and row is not None else bias, out=y)
+            np.add(y, z, out=y)
         except ValueError:          # the sum is larger than the product (checked before any write)
-            y = np.asarray(y + bias)
+            y = np.asarray(y + bias)    # (an error names the operand as given)
+        if addend is not None:
+            z = (addend_row if addend is addend_c and addend_row is not None
+                 else addend[None] if addend.ndim == 1 else addend)
+            try:
+                np.add(y, z, out=y)
+            except ValueError:
+                y = np.asarray(y + addend)
         if act is not None:
             act(y)
         return y

@@ -18,7 +18,7 @@ or captured by a subgraph, and keep results within the official tolerances:
 - bias_through.py: a Conv's bias carried into the 1x1 Conv that alone reads its output;
 - relu_concat.py: a Relu after a Concat applied to the Concat's inputs that can be negative only
   (then fused into their convolutions);
-- fuse.py: MatMul + Add bias, Conv + Add / Sum residual, and Conv / Gemm / MatMul / BatchNormalization
+- fuse.py: MatMul + Add bias (+ a second Add), Conv + Add / Sum residual, and Conv / Gemm / MatMul / BatchNormalization
   + activation (Relu, Clip, LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Tanh, SiLU), one step each;
 - channel_shuffle.py: ShuffleNet's Reshape -> Transpose -> Reshape channel shuffle after a grouped
   1x1 Conv written by that Conv in shuffled order;

@@ -3,7 +3,9 @@
 - Conv followed by an Add / Sum of a residual (its output read by that node alone) becomes a fused
   Conv adding the residual in place;
 - MatMul followed by an Add of its product (the product read by that Add alone) becomes a fused
-  MatMul with a bias (added in place);
+  MatMul with a bias (added in place); a second Add of that sum (read by it alone) becomes the fused
+  MatMul's second addend, added after the bias as the graph associates them ((x W + bias) + addend:
+  a Scan RNN cell's x W + h R + b in one step with its Tanh);
 - an activation (Relu, Clip with constant bounds, LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Tanh,
   and the SiLU the pattern pass found) whose input is the output of a Conv, a Gemm (opset 7+), a
   MatMul or a fused one without an activation yet, read by that activation alone, is applied in place
@@ -69,11 +71,19 @@ def fuse_matmul_add(ctx: Context) -> bool:
             mm = ctx.producer.get(add.inputs[i])
             bias = add.inputs[1 - i]
             if (mm is not None and bias and bias != add.inputs[i] and ctx.only_consumer(add.inputs[i], add)
-                    and ctx.is_op(mm, "MatMul", (1, 9, 13)) and len(mm.inputs) == 2):
+                    and ((ctx.is_op(mm, "MatMul", (1, 9, 13)) and len(mm.inputs) == 2) or _takes_addend(mm))):
+                # Add(a, b) is Add(b, a) bit for bit: only the association matters, and the fused
+                # kernel keeps the graph's: the product, + the first Add's operand, + this one's
                 ctx.replace([mm, add], [ctx.fused_node(mm, "MatMul", (*mm.inputs, bias), add.outputs, {})])
                 changed = True
                 break
     return changed
+
+
+def _takes_addend(node) -> bool:
+    """A fused MatMul with its bias and neither a second addend nor an activation yet."""
+    return (node.domain == FUSED_DOMAIN and node.op_type == "MatMul" and len(node.inputs) == 3
+            and all(node.inputs) and not node.attrs)
 
 
 def fuse_conv_add(ctx: Context) -> bool:
