@@ -166,14 +166,17 @@ def model_limits(max_tensor_bytes: int | None = None):
 
 
 def enter_model_limits(max_tensor_bytes: int | None):
-    """model_limits() as two calls (a run's hot path): returns the token leave_model_limits takes."""
+    """model_limits() as two calls (a run's hot path): returns the token leave_model_limits takes
+    (None, nothing to undo, when that limit is already the one in force)."""
     if max_tensor_bytes is not None and int(max_tensor_bytes) <= 0:
         raise ValueError("max_tensor_bytes must be > 0")
-    return _model_max_tensor_bytes.set(None if max_tensor_bytes is None else int(max_tensor_bytes))
+    limit = None if max_tensor_bytes is None else int(max_tensor_bytes)
+    return None if _model_max_tensor_bytes.get() == limit else _model_max_tensor_bytes.set(limit)
 
 
 def leave_model_limits(token) -> None:
-    _model_max_tensor_bytes.reset(token)
+    if token is not None:
+        _model_max_tensor_bytes.reset(token)
 
 
 def get_limits() -> dict:

@@ -176,7 +176,8 @@ class PreparedModel:
         plan = self.plan if not self.defaults else self.plan_for(tuple(self.plan.output_names), inputs)
         if self.verbose:
             hook = _chain(trace_hook(self.verbose), hook)
-        return self._outputs_type(*export_outputs(self.execute(plan, inputs, hook)))
+        # tuple.__new__ straight: the namedtuple's own __new__ is a Python call more (~0.15 us)
+        return tuple.__new__(self._outputs_type, export_outputs(self.execute(plan, inputs, hook)))
 
 
 @functools.lru_cache(maxsize=256)

@@ -85,6 +85,18 @@ def _checker(spec: InputSpec):
     dims = (fixed[0][1] if len(fixed) == 1 else tuple(d for _, d in fixed)) if fixed else None
     strings = want == object
 
+    if len(fixed) == rank and not strings:
+        # every dim fixed (a state, a scalar): one tuple comparison checks rank and dims (~0.15 us less)
+        shape = tuple(t.shape)
+
+        def check(value):
+            if value.__class__ is np.ndarray and value.dtype == want and value.shape == shape:
+                v = value.view()
+                v.setflags(write=False)
+                return v
+            return _check_tensor(name, t, value)
+        return check
+
     def check(value):
         if (value.__class__ is np.ndarray and value.dtype == want and value.ndim == rank
                 and (dims_of is None or dims_of(value.shape) == dims)
@@ -291,6 +303,11 @@ def export_outputs(values: list) -> list:
     """Outputs as the caller receives them: tensors as they are (read-only when shared), sequences as
     fresh lists and maps as fresh plain dicts (either may be a constant of the plan, shared by every
     run; a sequence of maps such as ZipMap's is a list of dicts), optionals as None or their value."""
+    for v in values:
+        if v.__class__ is not np.ndarray:
+            break
+    else:           # tensors only (the usual run): `values` as it is, a fresh list (~0.3 us less)
+        return values
     return [_export(v) if v.__class__ is list else dict(v) if isinstance(v, dict) else v for v in values]
 
 

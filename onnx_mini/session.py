@@ -453,8 +453,11 @@ class InferenceSession:
         threads = self._options._values.get("intra_op_num_threads")
         profiler = self._profiler
         if profiler is None:
-            plan = self._prepared.plan_for(names, input_feed)
-            return self._prepared.execute(plan, input_feed, hook, threads)
+            prepared = self._prepared
+            # the graph's outputs, no initializer to override: the main plan without plan_for's key (~0.3 us)
+            plan = (prepared.plan if names is self._all_outputs and not prepared.defaults
+                    else prepared.plan_for(names, input_feed))
+            return prepared.execute(plan, input_feed, hook, threads)
         recorder = _RunRecorder(profiler, hook, self._parameters)
         try:
             plan = self._prepared.plan_for(names, input_feed)

@@ -363,3 +363,49 @@ def test_a_matmul_inside_a_body_makes_the_plan_manage_blas(monkeypatch):
     y = prepared.run({"c": np.array(True), "x": np.full((2, 2), 2, np.float32)})[0]
     np.testing.assert_array_equal(y, np.full((2, 2), 8, np.float32))
     assert entered == [True]
+
+
+def test_runs_call_openblas_only_to_change_its_count(monkeypatch):
+    # each ctypes call costs 0.2-0.5 us per run: the count is read once when the first run starts
+    # and set only when it must change; a count the user sets between runs is the one given back
+    calls, count = [], [3]
+
+    def get():
+        calls.append("get")
+        return count[0]
+
+    def set_(n):
+        calls.append(("set", n))
+        count[0] = n
+    monkeypatch.setattr(blas, "_OPENBLAS", (get, set_))
+    monkeypatch.setattr(blas, "POLICY", "native")
+    scope = run_scope.enter(None, True)
+    run_scope.leave(scope)
+    assert calls == ["get"] and count[0] == 3               # native: nothing to change
+    calls.clear()
+    monkeypatch.setattr(blas, "POLICY", "split")
+    scope = run_scope.enter(None, True)
+    inner = run_scope.enter(None, True)                      # nested: already one thread, no call
+    run_scope.leave(inner)
+    run_scope.leave(scope)
+    assert calls == ["get", ("set", 1), ("set", 3)]
+    calls.clear()
+    count[0] = 2                                             # the user's own setting between runs
+    run_scope.leave(run_scope.enter(None, True))
+    assert calls == ["get", ("set", 1), ("set", 2)] and count[0] == 2
+
+
+def test_a_run_sets_its_thread_cap_only_when_it_changes():
+    assert parallel.cap(None) is None                        # no cap in force: nothing to set or undo
+    parallel.uncap(None)
+    outer = parallel.cap(1)
+    try:
+        assert parallel.threads() == 1
+        assert parallel.cap(1) is None                       # the same cap: nothing to undo
+        inner = parallel.cap(None)                           # a nested run without a cap lifts it
+        assert inner is not None and parallel.threads() == parallel.THREADS
+        parallel.uncap(inner)
+        assert parallel.threads() == 1
+    finally:
+        parallel.uncap(outer)
+    assert parallel.threads() == parallel.THREADS

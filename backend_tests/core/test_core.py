@@ -567,3 +567,56 @@ def test_function_body_gets_the_schema_default_of_an_omitted_attribute(monkeypat
         np.testing.assert_allclose(rep.run([x])[0], (x - mean) / (std + 1e-9), rtol=1e-4)
     finally:
         resolve_module._resolve.cache_clear()
+
+
+def test_export_outputs_hands_tensors_as_they_are_and_copies_lists_and_maps():
+    from onnx_mini.inputs import export_outputs
+    a, b = np.zeros(2, np.float32), np.ones(3, np.int64)
+    values = [a, b]
+    out = export_outputs(values)
+    assert out[0] is a and out[1] is b
+    shared_map, shared_seq = {1: 0.5}, [{"x": 1.0}]          # constants of a plan, shared by every run
+    out = export_outputs([a, shared_seq, shared_map])
+    assert out[0] is a and out[1] == [{"x": 1.0}] and out[2] == {1: 0.5}
+    assert out[1] is not shared_seq and out[1][0] is not shared_seq[0] and out[2] is not shared_map
+    out[1][0]["x"] = 7.0
+    assert shared_seq == [{"x": 1.0}]
+
+
+def test_model_limits_nest_when_a_run_keeps_the_limit_in_force():
+    from onnx_mini import dtypes
+    assert dtypes.enter_model_limits(None) is None           # no limit in force: nothing to undo
+    dtypes.leave_model_limits(None)
+    outer = dtypes.enter_model_limits(1000)
+    try:
+        assert dtypes.enter_model_limits(1000) is None
+        inner = dtypes.enter_model_limits(None)              # a nested model without a limit lifts it
+        assert inner is not None and dtypes._model_max_tensor_bytes.get() is None
+        dtypes.leave_model_limits(inner)
+        assert dtypes._model_max_tensor_bytes.get() == 1000
+    finally:
+        dtypes.leave_model_limits(outer)
+    assert dtypes._model_max_tensor_bytes.get() is None
+    with pytest.raises(ValueError):
+        dtypes.enter_model_limits(0)
+
+
+def test_fixed_shape_inputs_pass_their_quick_check_and_keep_every_error():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    s = helper.make_tensor_value_info("s", TensorProto.INT64, [])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    prepared = onnx_mini.prepare(helper.make_model(
+        helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [x, s], [y]),
+        opset_imports=[helper.make_opsetid("", 17)]))
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for _ in range(2):                                  # the binder is made at the first run
+        (out,) = prepared.run({"x": a, "s": np.array(4, np.int64)})
+        assert np.array_equal(out, a) and not out.flags.writeable and a.flags.writeable
+    with pytest.raises(InputError, match=r"input 'x': dimension 1 must be 3 \(shape \[2, 3\]\), got shape \[2, 4\]"):
+        prepared.run({"x": np.zeros((2, 4), np.float32), "s": np.array(4, np.int64)})
+    with pytest.raises(InputError, match=r"input 's': expected rank 0 \(shape \[\]\), got shape \[1\]"):
+        prepared.run([a, np.array([4], np.int64)])
+    with pytest.raises(InputError, match=r"input 'x': expected element type float \(float32\), got float64"):
+        prepared.run([a.astype(np.float64), np.array(4, np.int64)])
+    (out,) = prepared.run([a.tolist(), 4])              # Python values still convert
+    assert np.array_equal(out, a)
