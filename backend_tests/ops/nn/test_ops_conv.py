@@ -1536,3 +1536,32 @@ def test_im2col_bands_from_their_size():
                               (1, 1), (side, side)).band
     assert band(16, 128) == 576 * 1024 * 128 // (16 * 9 * 128 * 128 * 4) == 8
     assert band(16, 64) is None and band(16, 128, group=2) is None
+
+
+def test_conv_depthwise_flat_stride_2_phases_copied_by_pairs():
+    """A stride-2 phase of 4-byte values is copied as X's pairs read as 8-byte integers (keeping the
+    first of each), the value whose pair would end past X's row copied alone: X's row 0..6 (7 columns),
+    pads 1, output 4 columns: phase 0 reads X columns 1, 3, 5 (pairs 1-2, 3-4, 5-6, none left over),
+    phase 1 columns 0, 2, 4, 6 (pairs 0-1, 2-3, 4-5, then 6 alone)."""
+    from onnx_mini.ops.nn.conv.im2col import pair_split
+    assert pair_split((slice(0, 3),), (slice(1, 6, 2),), 7) == (((slice(0, 3),), (slice(1, 7),)), None)
+    assert pair_split((slice(1, 4), slice(0, 4)), (slice(0, 7, 2), slice(0, 7, 2)), 7) == (
+        ((slice(1, 4), slice(0, 3)), (slice(0, 7, 2), slice(0, 6))),
+        ((slice(1, 4), slice(3, 4)), (slice(0, 7, 2), slice(6, 7, 2))))
+    assert pair_split((slice(0, 3),), (slice(0, 9, 3),), 9) is None
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+@pytest.mark.parametrize("xs,pads", [((2, 3, 9, 7), [1, 1, 1, 1]), ((1, 2, 8, 10), [1, 1, 1, 1]),
+                                     ((1, 2, 8, 9), [0, 0, 0, 0]), ((1, 2, 7, 8), [2, 1, 0, 2])])
+def test_conv_depthwise_flat_stride_2_bit_for_bit(monkeypatch, dtype, xs, pads):
+    """The flat layout at stride 2 (phases by pairs for 4-byte compute types, plain copies for
+    float64) against the direct loop, odd and even widths, with infinities and a NaN at the edges."""
+    monkeypatch.setattr(thresholds, "DW_BLOCK_BYTES", 1)
+    x = ints(xs, dtype=dtype)
+    x[0, 0, 0, -1] = np.inf
+    x[-1, -1, -1, 0] = np.nan
+    w = ints((xs[1], 1, 3, 3), lo=1, hi=3, dtype=dtype)
+    attrs = dict(group=xs[1], strides=[2, 2], pads=pads)
+    expected = conv_expected(x.astype(np.float64), w.astype(np.float64), **attrs).astype(dtype)
+    assert_same(run_depthwise("flat", [x, w], **attrs_of(**attrs)), expected)

@@ -131,19 +131,9 @@ class Phases:
         self.cols = (c, *kernel, *out)
 
     def _fill(self, dst, src, last_dst, last_src, width):
-        """One phase's fill: (destination, source) index tuples, and the same split into the pairs read
-        as 8-byte integers (with the single last value left over when its pair would end past X's row)."""
+        """One phase's fill: (destination, source) index tuples, and their pair_split (or None)."""
         whole = (dst + (last_dst,), src + (last_src,))
-        if not (self.pairs and last_src.step == 2):
-            return whole, None
-        start, n = last_src.start, last_dst.stop - last_dst.start
-        k = min(n, (width - start) // 2)                  # pairs lying wholly inside the row
-        if k == 0:
-            return whole, None
-        pairs = (dst + (slice(last_dst.start, last_dst.start + k),), src + (slice(start, start + 2 * k),))
-        rest = None if k == n else (dst + (slice(last_dst.start + k, last_dst.stop),),
-                                    src + (slice(start + 2 * k, None, 2),))
-        return whole, (pairs, rest)
+        return whole, (pair_split(*whole, width) if self.pairs else None)
 
     @staticmethod
     def applies(strides, column_bytes) -> bool:
@@ -154,18 +144,43 @@ class Phases:
         phases = (np.zeros if self.zeros else np.empty)(self.shape, dtype=self.dtype)
         by_pairs = self.pairs and x.strides[-1] == x.itemsize     # (a contiguous last axis to pair up)
         for (dst, src), split in self.fills:
-            if split is None or not by_pairs:
-                phases[dst] = x[src]
-                continue
-            (pair_dst, pair_src), rest = split
-            np.copyto(phases[pair_dst].view(np.uint32), x[pair_src].view(np.uint64), casting="unsafe")
-            if rest is not None:
-                phases[rest[0]] = x[rest[1]]
+            copy_strided(phases, x, dst, src, split if by_pairs else None)
         cols = np.empty(self.cols, dtype=self.dtype)
         for dst, offset, shape, strides in self.taps:
             cols[dst] = np.ndarray(shape, self.dtype, phases, offset, strides)
         return cols
 
+
+
+def pair_split(dst: tuple, src: tuple, width: int):
+    """A copy target[dst] = x[src] whose last axis reads X with stride 2, split for 4-byte values: X's
+    pairs read as 8-byte integers and cast down to 4 bytes keep the first of each pair bit for bit
+    (little-endian), one contiguous pass where numpy's gapped copy is ~2x slower (26 -> 13 us per
+    3x112x112 phase). -> ((pairs' dst, src), the single last value's (dst, src) or None when its pair
+    would end past X's row of `width`), or None when the last axis is not read with stride 2."""
+    last_dst, last_src = dst[-1], src[-1]
+    if last_src.step != 2:
+        return None
+    start, n = last_src.start, last_dst.stop - last_dst.start
+    k = min(n, (width - start) // 2)                  # pairs lying wholly inside the row
+    if k <= 0:
+        return None
+    pairs = (dst[:-1] + (slice(last_dst.start, last_dst.start + k),), src[:-1] + (slice(start, start + 2 * k),))
+    rest = None if k == n else (dst[:-1] + (slice(last_dst.start + k, last_dst.stop),),
+                                src[:-1] + (slice(start + 2 * k, last_src.stop, 2),))
+    return pairs, rest
+
+
+def copy_strided(target: np.ndarray, x: np.ndarray, dst: tuple, src: tuple, split) -> None:
+    """target[dst] = x[src], by pair_split's `split` when given (the caller checks that x holds 4-byte
+    values with a contiguous last axis on a little-endian machine)."""
+    if split is None:
+        target[dst] = x[src]
+        return
+    (pair_dst, pair_src), rest = split
+    np.copyto(target[pair_dst].view(np.uint32), x[pair_src].view(np.uint64), casting="unsafe")
+    if rest is not None:
+        target[rest[0]] = x[rest[1]]
 
 def conv(x, w, group, columns: Columns, out):
     """One image x (1, C, *spatial) convolved with W (M, Cg, *kernel) -> (1, M, *out)."""
