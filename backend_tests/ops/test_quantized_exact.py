@@ -359,3 +359,42 @@ def test_qlinear_conv_float32_rescale_where_proven(monkeypatch, per_channel):
     assert calls                                              # the float32 rescale ran
     acc = ref_conv(x, w, 128, np.zeros(m, np.int64), pad=1)
     assert_same(y, ref_qlinear_conv(acc, bias, xs, np.broadcast_to(ws, (m,)), ys, yz, U8))
+
+
+@pytest.mark.parametrize("dtype, zp", [(U8, 0), (U8, 126), (U8, 127), (U8, 254), (I8, 0), (I8, -128), (I8, 126),
+                                       (I8, -3)])
+def test_requantize32_against_the_formula_at_ties_and_extremes(dtype, zp):
+    """_requantize32 (an even zero point folded into the rounder, an odd one added after) is saturate(
+    round_half_even(float32(acc * scale)) + zp) on every accumulator: ties of both parities, the clip
+    bounds either side, and the float32 bound 2^24 at both signs."""
+    info = np.iinfo(dtype)
+    span = np.arange(-600, 601)
+    acc = np.concatenate([span, [-(1 << 24), 1 - (1 << 24), (1 << 24) - 1, 1 << 24]]).astype(F32)
+    for scale in (F32(0.5), F32(1.5), F32(1 / 3), F32(2.0 ** -16)):
+        product = (acc * scale).astype(np.float64)                            # the one float32 rounding
+        want = np.clip(np.rint(product) + zp, info.min, info.max).astype(dtype)
+        got = conv_quantized._requantize32(acc.reshape(1, 1, -1).copy(), scale, np.array(zp, dtype))
+        assert got.dtype == dtype
+        assert_same(got.reshape(-1), want)
+    ties = conv_quantized._requantize32(np.array([1, 3, 5, -1, -3], F32), F32(0.5), np.array(zp, dtype))
+    assert ties.astype(int).tolist() == [max(info.min, min(info.max, v + zp)) for v in (0, 2, 2, 0, -2)]
+
+
+def test_qlinear_conv_float32_rescale_with_an_even_zero_point():
+    """The float32 rescale with y's zero point even (folded into the rounder) against the integer
+    definition (int64 sums, float64 rescale), codes saturating at both ends."""
+    rng = np.random.default_rng(11)
+    c, m = 24, 3
+    x = rng.integers(0, 256, (1, c, 9, 9)).astype(U8)
+    w = rng.integers(-127, 128, (m, c, 3, 3)).astype(I8)
+    ws = np.array([0.0051, 0.0077, 0.0123], F32)
+    xs, ys, yz = F32(0.0386), F32(0.0443), 126
+    bias = rng.integers(-20000, 20000, m).astype(np.int32)
+    scale = np.float64(xs) * ws.astype(np.float64) / np.float64(ys)
+    assert conv_quantized._float32_scale(scale, np.array(yz, U8), 1 << 24) is not None
+    inputs = [x, np.array(xs), np.array(128, U8), w, ws, np.array(0, I8), np.array(ys), np.array(yz, U8), bias]
+    y = run("QLinearConv", inputs, {1, 2, 3, 4, 5, 6, 7, 8}, version=10, pads=[1] * 4)
+    acc = ref_conv(x, w, 128, np.zeros(m, np.int64), pad=1)
+    want = ref_qlinear_conv(acc, bias, xs, ws, ys, yz, U8)
+    assert (want == 0).any() and (want == 255).any()
+    assert_same(y, want)
