@@ -315,14 +315,7 @@ def main(argv=None) -> int:
     print(render(rows))
     print("cases: " + "; ".join(f"{r['name']} = {r['label']}" for r in rows))
     summary = bars(rows)
-    if summary:
-        print("\nBars of issue 22 (measured):")
-        for b in summary:
-            print(" - " + b)
-    if notes:
-        print("\nNotes:")
-        for n in notes:
-            print(" - " + n)
+    core.print_findings("Bars of issue 22 (measured)", summary, notes)
     payload = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "mode": mode,
                "machine": core.machine_info(), "tools": versions, "load": load,
                "method": {"ort_threads": ORT_THREADS, "blocks": BLOCKS[args.quick], "pause_s": PAUSE,

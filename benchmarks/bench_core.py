@@ -756,11 +756,17 @@ def report(table: "Table", quick: bool, start: float, extra: str = "",
     print(table.render())
     if extra:
         print(extra)
-    if table.notes:
-        print("\nNotes:")
-        for note in table.notes:
-            print(" - " + note)
+    print_findings(None, [], table.notes)
     print(f"\ntotal benchmark time: {time.perf_counter() - start:.1f} s")
+
+
+def print_findings(bars_title: str | None, bars: list[str], notes: list[str]) -> None:
+    """The bars a script measured (under `bars_title`) and its notes, one " - " line each."""
+    for title, lines in ((bars_title, bars), ("Notes", notes)):
+        if lines:
+            print(f"\n{title}:")
+            for line in lines:
+                print(" - " + line)
 
 
 def main(argv=None) -> int:

@@ -550,14 +550,7 @@ def main(argv=None) -> int:
         legend.append("light models: the onnx package's, [1,3,224,224]")
     print("cases: " + "; ".join(legend))
     bars = summary(rows, memory)
-    if bars:
-        print("\nBars of issue 9 (measured):")
-        for b in bars:
-            print(" - " + b)
-    if notes:
-        print("\nNotes:")
-        for n in notes:
-            print(" - " + n)
+    core.print_findings("Bars of issue 9 (measured)", bars, notes)
     payload = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "mode": mode,
                "machine": core.machine_info(), "load": load, "rows": rows, "bars": bars, "notes": notes}
     results = Path(args.results)
