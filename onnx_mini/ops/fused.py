@@ -8,6 +8,7 @@ a second addend after its bias (two Adds folded in, summed in the graph's order)
 results are changed in place; float16/bfloat16 go through float32 and round back once (as the
 activation kernels do); integer results (MatMul) take Relu/Clip in place. A result that is not our
 own buffer (read-only, or sharing memory with an input) is copied first.
+QuantizeDequantize: a QuantizeLinear read back by its DequantizeLinear (optimize/qdq_pair.py).
 ChannelAffine: inference BatchNormalization with its factor and shift computed at prepare time.
 Swish, Gelu, LayerNormalization: the standard kernels, for models whose opset predates the op.
 Attention: softmax(Q K' / c + mask) V with the scores worked on in place.
@@ -25,6 +26,7 @@ from .math.matmul import gemm_11, matmul, matmul_1
 from .math.softmax import SOFTMAX_VIA_F32, along_axis, softmax
 from .nn.conv import Convolution
 from .nn.normalization import layer_normalization_17
+from .quantization import quantize_dequantize
 
 FUSED_DOMAIN = "onnx_mini.fused"
 
@@ -514,3 +516,11 @@ def _table_bytes(table: np.ndarray) -> bytes:
     if table.shape != (256,) or table.dtype.itemsize != 1:
         raise InvalidValueError(f"the table must hold 256 8-bit codes, got {table.dtype} {list(table.shape)}")
     return table.tobytes()
+
+
+@kernel("QuantizeDequantize", since=1, domain=FUSED_DOMAIN, multi_output=False, rank="first")
+def fused_quantize_dequantize(*, q_version, dq_version, _constants=None):
+    """DequantizeLinear(QuantizeLinear(x, scale, zero_point), scale, zero_point), the two nodes'
+    versions given: optimize/qdq_pair.py's pair, the float32 result made without the codes
+    (ops/quantization.py's quantize_dequantize)."""
+    return quantize_dequantize(int(q_version), int(dq_version), _constants)

@@ -24,6 +24,8 @@ or captured by a subgraph, and keep results within the official tolerances:
   1x1 Conv written by that Conv in shuffled order;
 - qdq_lut.py: DequantizeLinear -> elementwise ops with constant operands -> QuantizeLinear on 8-bit
   codes with per-tensor scales becomes one 256-entry lookup table made by the nodes' own kernels;
+- qdq_pair.py: QuantizeLinear read back by a DequantizeLinear with the same constant per-tensor
+  parameters becomes one QuantizeDequantize step (float32 in, float32 out, no codes);
 - dead_code.py: nodes and initializers nothing reads any more.
 
 The rewritten nodes use the private domain FUSED_DOMAIN (their kernels: ops/fused.py), which
@@ -43,12 +45,13 @@ from .fuse import fuse_activations, fuse_conv_add, fuse_matmul_add
 from .identities import eliminate_identities
 from .patterns import fuse_patterns
 from .qdq_lut import fuse_qdq_lookup
+from .qdq_pair import fuse_qdq_pairs
 from .relu_concat import push_relu_into_concat
 from .shapes import fold_static_shapes
 
 __all__ = ["FUSED_DOMAIN", "OptimizationWarning", "optimize_graph", "with_fused_domain", "PASSES"]
 
-PASSES = ("dead_code", "identities", "shapes", "patterns", "fold_batchnorm", "fuse", "qdq_lut")
+PASSES = ("dead_code", "identities", "shapes", "patterns", "fold_batchnorm", "fuse", "qdq_lut", "qdq_pair")
 
 
 def with_fused_domain(opsets: dict[str, int]) -> dict[str, int]:
@@ -86,6 +89,8 @@ def _optimize(graph, opsets, functions, outer_scope, static_inputs, passes) -> G
         fuse_patterns(ctx)
     if "qdq_lut" in passes:
         fuse_qdq_lookup(ctx)
+    if "qdq_pair" in passes:       # after qdq_lut: its chains take their pairs first
+        fuse_qdq_pairs(ctx)
     if "fold_batchnorm" in passes:
         fold_affine_into_batchnorm(ctx)
         fold_batchnorm(ctx)
