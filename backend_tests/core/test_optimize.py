@@ -1022,8 +1022,9 @@ def test_matmul_add_add_not_fused_past_an_intermediate_read_elsewhere():
 
 def test_scan_rnn_cell_is_matmul_and_one_fused_step():
     """A Scan RNN (h = Tanh(x Wx + h Wh + b), as benchmarks/app_models.py's scan_rnn): in the body, MatMul,
-    Add, Add and Tanh become one fused step reading the outer-scope weights and bias; the states and
-    outputs of every step are those of the graph as written, bit for bit."""
+    Add, Add and Tanh become one fused step reading the outer-scope weights and bias (planned alone,
+    below); in the model, x Wx is hoisted out of the loop first (scan_hoist.py, test_scan_hoist.py):
+    the states and outputs of every step are those of the graph as written, to rounding."""
     hidden, n_in, steps_ = 16, 8, 7
     body_nodes = [helper.make_node("MatMul", ["cell_x", "wx"], ["xw"]),
                   helper.make_node("MatMul", ["cell_h", "wh"], ["hw"]),
@@ -1040,10 +1041,8 @@ def test_scan_rnn_cell_is_matmul_and_one_fused_step():
               [("h_last", F, [1, hidden]), ("y", F, [steps_, 1, hidden])],
               [init("wx", rand(n_in, hidden)), init("wh", rand(hidden, hidden) * 0.3), init("b", rand(hidden))])
     feeds = [rand(1, hidden), rand(steps_, 1, n_in)]
-    opt = check(m, feeds, ["Scan"])
-    got, want = opt.run(feeds), onnx_mini.prepare(m, optimize=False).run(feeds)
-    for g, r in zip(got, want):
-        np.testing.assert_array_equal(g, r)
+    opt = check(m, feeds, ["MatMul", "Scan"])
+    got = opt.run(feeds)
     assert np.abs(got[1]).max() < 1 and np.ptp(got[1][-1]) > 0.1       # Tanh'ed states that vary
     from onnx_mini import loader  # noqa: PLC0415
     from onnx_mini.prepare import prepare_plan  # noqa: PLC0415

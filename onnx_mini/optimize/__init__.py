@@ -18,6 +18,9 @@ or captured by a subgraph, and keep results within the official tolerances:
 - bias_through.py: a Conv's bias carried into the 1x1 Conv that alone reads its output;
 - relu_concat.py: a Relu after a Concat applied to the Concat's inputs that can be negative only
   (then fused into their convolutions);
+- scan_hoist.py: a Scan body's MatMul of a scan input (read by it alone) by a matrix the body does
+  not compute becomes one MatMul over the whole scan input before the loop, its rows the scan input;
+  a body output made by an Identity names the Identity's input instead;
 - fuse.py: MatMul + Add bias (+ a second Add), Conv + Add / Sum residual, and Conv / Gemm / MatMul / BatchNormalization
   + activation (Relu, Clip, LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Tanh, SiLU), one step each;
 - channel_shuffle.py: ShuffleNet's Reshape -> Transpose -> Reshape channel shuffle after a grouped
@@ -47,11 +50,12 @@ from .patterns import fuse_patterns
 from .qdq_lut import fuse_qdq_lookup
 from .qdq_pair import fuse_qdq_pairs
 from .relu_concat import push_relu_into_concat
+from .scan_hoist import hoist_scan_projections
 from .shapes import fold_static_shapes
 
 __all__ = ["FUSED_DOMAIN", "OptimizationWarning", "optimize_graph", "with_fused_domain", "PASSES"]
 
-PASSES = ("dead_code", "identities", "shapes", "patterns", "fold_batchnorm", "fuse", "qdq_lut", "qdq_pair")
+PASSES = ("dead_code", "identities", "shapes", "patterns", "fold_batchnorm", "scan_hoist", "fuse", "qdq_lut", "qdq_pair")
 
 
 def with_fused_domain(opsets: dict[str, int]) -> dict[str, int]:
@@ -95,6 +99,8 @@ def _optimize(graph, opsets, functions, outer_scope, static_inputs, passes) -> G
         fold_affine_into_batchnorm(ctx)
         fold_batchnorm(ctx)
         fold_bias_through(ctx)
+    if "scan_hoist" in passes:
+        hoist_scan_projections(ctx)
     if "fuse" in passes:
         fuse_matmul_add(ctx)
         fuse_conv_add(ctx)
