@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 import onnx_mini
 from onnx_mini.errors import InvalidNodeError, KernelError
 
-from helpers import NODE, assert_same, i64, np_type, run_node, type_matrix, versions
+from helpers import NODE, assert_same, i64, np_type, one_node_model, run_node, type_matrix, versions
 
 def values(tname: str, shape, positive: bool = False) -> np.ndarray:
     """Small exact values of the type: halves in [-1.5, 1.5] for floats, [-3, 3] for signed
@@ -338,3 +338,19 @@ def test_arg_errors(op):
         run_node(op, 13, [np.ones((2, 0), np.float32)], axis=1)
     # an empty non-reduced axis is fine
     assert_same(run_node(op, 13, [np.ones((0, 3), np.float32)], axis=1), np.zeros((0, 1), np.int64))
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+def test_arg_one_node_several_ranks(op):
+    """The axis is checked once per input rank: one prepared node fed ranks 2, 3, 1 (axis -2 out of
+    range there), then rank 2 again, answers each by its own rank."""
+    m, _ = one_node_model(op, [np.zeros((2, 3), np.float32)], version=13, axis=-2, keepdims=0)
+    p = onnx_mini.prepare(m)
+    x2 = np.array([[0.0, 5.0, 1.0], [2.0, 4.0, 1.0]], np.float32)       # along axis 0: per column
+    x3 = np.array([[[1.0, 0.0]], [[0.0, 1.0]], [[3.0, -1.0]]], np.float32).reshape(1, 3, 2)
+    big = [1, 0, 0] if op == "ArgMax" else [0, 1, 0]
+    assert_same(p.run({"in0": x2})[0], i64(big))
+    assert_same(p.run({"in0": x3})[0], i64([[2, 1]] if op == "ArgMax" else [[1, 2]]))
+    with pytest.raises(KernelError, match=re.compile(f"{NODE}.*out of range", re.S)):
+        p.run({"in0": np.ones(4, np.float32)})
+    assert_same(p.run({"in0": x2})[0], i64(big))

@@ -405,12 +405,15 @@ CELLS = [("RNN", {}), ("GRU", {}), ("GRU", {"linear_before_reset": 1}), ("LSTM",
 @pytest.mark.parametrize("op,attrs", CELLS)
 def test_row_and_column_forms(op, attrs, column, monkeypatch):
     """The step's state product as h @ R^T (row form) or R @ h^T (column form, chosen for a few rows of a
-    wide state): every cell, both directions, ragged lengths, clip and layout 1, against the reference."""
+    wide state): every cell, both directions, ragged lengths, clip, layout 1 and B omitted, against the
+    reference."""
     monkeypatch.setattr(fast, "column_form", lambda batch, hidden: column)
     ins = make_inputs(op, T=3, nb=5, I=4, H=16, nd=2, layout=1, lens=[3, 1, 2, 3, 0], init=True, seed=21)
     check(op, 22, ins, direction="bidirectional", layout=1, **attrs)
     ins[0] = ins[0] * 4
     check(op, 22, ins, direction="bidirectional", layout=1, clip=0.5, **attrs)
+    ins[3] = None           # B omitted: the reordering copies add no bias
+    check(op, 22, ins, direction="bidirectional", layout=1, **attrs)
     check(op, 14, make_inputs(op, T=5, nb=4, I=3, H=8, init=True, seed=22), direction="reverse", **attrs)
 
 
@@ -487,18 +490,20 @@ def test_streaming_one_step_at_a_time(op, attrs):
         np.testing.assert_allclose(s_, e, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("T", [1, 3])
 @pytest.mark.parametrize("nb", [1, 2])
 @pytest.mark.parametrize("tname", ["float", "float16", "double"])
 @pytest.mark.parametrize("layout", [0, 1])
 @pytest.mark.parametrize("direction", ["forward", "reverse"])
 @pytest.mark.parametrize("op,attrs", CELLS)
-def test_one_direction_full_sequences(op, attrs, direction, layout, tname, nb):
+def test_one_direction_full_sequences(op, attrs, direction, layout, tname, nb, T):
     """One direction, every sequence full, the row form (the steps write Y in place, the states are read
-    where the caller has them): the reference's values in every layout and type; the last states are
-    arrays of their own (no view of Y nor of the given states) and a later run of the same prepared model
-    (the steps an earlier run made, reused) leaves the earlier run's outputs alone."""
+    where the caller has them; T=1, a decoder's step, without the loop): the reference's values in every
+    layout and type; the last states are arrays of their own (no view of Y nor of the given states) and a
+    later run of the same prepared model (the steps an earlier run made, reused) leaves the earlier run's
+    outputs alone."""
     dt = np_type(tname)
-    ins = make_inputs(op, T=3, nb=nb, I=3, H=4, layout=layout, init=True, seed=71, dtype=np.float64)
+    ins = make_inputs(op, T=T, nb=nb, I=3, H=4, layout=layout, init=True, seed=71, dtype=np.float64)
     ins = [None if v is None else v.astype(dt) for v in ins]
     attrs = dict(attrs, direction=direction, layout=layout)
     got = check(op, 22, ins, **attrs)
