@@ -25,7 +25,7 @@ from .math.activations import gelu_20, swish_24
 from .math.matmul import gemm_11, matmul, matmul_1
 from .math.softmax import SOFTMAX_VIA_F32, along_axis, softmax
 from .nn.conv import Convolution
-from .nn.normalization import layer_normalization_17
+from .nn.normalization import last_axis_sums, layer_normalization_17
 from .quantization import quantize_dequantize
 
 FUSED_DOMAIN = "onnx_mini.fused"
@@ -438,7 +438,7 @@ def _attention_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _exp_sum_product(scores: np.ndarray, v: np.ndarray, product):
     """exp(scores) in place, -> (its row sums, its product with v)."""
     np.exp(scores, out=scores)
-    return np.add.reduce(scores, axis=-1, keepdims=True), product(scores, v)     # ndarray.sum, one call less
+    return last_axis_sums(scores), product(scores, v)
 
 
 def _scaled_masked(scores: np.ndarray, dt: np.dtype, divide: int, c: float, factor, mask) -> np.ndarray:

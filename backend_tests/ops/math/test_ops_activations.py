@@ -462,6 +462,51 @@ def test_gelu_float32_to_a_few_ulp_everywhere():
                                rtol=1e-6, atol=2.0 ** -148)       # the last two are subnormal
 
 
+def test_gelu_float32_tiny_and_subnormal_inputs():
+    """|x| < 2^-122 (results x / 2 and below, subnormal inputs included): x * p ~ x / 16 is rounded to a
+    subnormal first, so the bound there is 4 ulp, or 4 steps of 2^-149 for subnormal results (measured:
+    4.0); above, the dense grid's 3. Zeros keep their sign; powers of two come back halved exactly."""
+    rng = np.random.default_rng(5)
+    mags = np.exp2(rng.uniform(-149, -110, 60000))
+    x = np.concatenate([mags * rng.choice([-1.0, 1.0], mags.size), np.arange(1, 4096) * 2.0 ** -149,
+                        [2.0 ** -127, -(2.0 ** -120), 2.0 ** -122]]).astype(np.float32)
+    exact = np.array([0.5 * v * math.erfc(-v / math.sqrt(2)) for v in x.astype(np.float64).tolist()])
+    got = run("Gelu", 20, [x]).astype(np.float64)
+    normal = np.abs(exact) >= np.finfo(np.float32).tiny
+    step = np.where(normal, np.spacing(np.abs(exact).astype(np.float32)), 2.0 ** -149)
+    err = np.abs(got - exact) / step
+    assert err.max() <= 4
+    assert err[np.abs(x) >= 2.0 ** -122].max() <= 3
+    assert (got[-3:] == [2.0 ** -128, -(2.0 ** -121), 2.0 ** -123]).all()
+    zeros = run("Gelu", 20, [np.array([0.0, -0.0], np.float32)])
+    assert_same(zeros, np.array([0.0, -0.0], np.float32))
+    assert np.signbit(zeros[1]) and not np.signbit(zeros[0])
+
+
+def test_gelu_float32_nan_anywhere_stays_nan():
+    """NaN (any sign or payload) gives NaN and leaves its neighbours alone; its bits index the tables
+    like any value's, inside them (an index wrapped by numpy's take loops once per table length:
+    ~16 us a NaN before the 16-bit indexes)."""
+    from onnx_mini.ops.math import normal_cdf
+
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-16, 7, 50000).astype(np.float32)
+    nans = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFFFFFFFF, 0x7FBFFFFF], np.uint32).view(np.float32)
+    where = rng.choice(x.size, 5000, replace=False)
+    x[where] = np.resize(nans, where.size)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        got = run("Gelu", 20, [x])
+        assert np.isnan(got[where]).all()
+        assert_same(np.delete(got, where), run("Gelu", 20, [np.delete(x, where)]))
+        block = np.resize(nans, 4096)
+        out, d, w, k = np.empty(4096, np.float32), np.empty(4096, np.float32), np.empty(4096, np.float32), \
+            np.full(4096, -1, np.intp)
+        normal_cdf._gelu_block(block, out, d, w, k)
+    assert np.isnan(out).all()
+    assert 0 <= k.min() and k.max() < normal_cdf._LAM.size == normal_cdf._PHI16.size
+
+
 def test_gelu_float32_edges():
     """Beyond the table's range [-15, 6]: x itself above (Phi is 1 in float32), 0 below; zeros, a 0-d
     and a strided input, and more elements than one block (32768)."""

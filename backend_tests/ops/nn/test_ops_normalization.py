@@ -9,6 +9,7 @@ types in float32 and round once).
 from __future__ import annotations
 
 import re
+import warnings
 
 import ml_dtypes
 import numpy as np
@@ -309,6 +310,52 @@ def test_layernorm_optional_bias_broadcast_and_single_output():
     close(y, layer_norm(x, w, None, 1, 0.5)[0], "float")
     y, mean = run_node("LayerNormalization", 17, [x, w, None], 2, axis=-2)
     close(mean, layer_norm(x, w, None, -2)[1], "float")
+
+
+@pytest.mark.parametrize("shape", [(1, 128, 256), (3, 5, 7), (20, 1), (2, 40, 64)])
+def test_layernorm_float32_rows_many_and_few(shape):
+    """float32 over the last axis, the row sums taken by a product with ones from 16 rows on, by sums
+    below: both against float64, rows offset far from 0 (the mean must come out to float32 accuracy
+    for the deviations to), a strided input, and a NaN or inf row leaving the others alone."""
+    rng = np.random.default_rng(len(shape) + shape[-1])
+    x = (rng.standard_normal(shape) * 0.5 + rng.uniform(-300, 300, shape[:-1] + (1,))).astype(np.float32)
+    w, b = rng.standard_normal(shape[-1:]).astype(np.float32), rng.standard_normal(shape[-1:]).astype(np.float32)
+    y, mean, inv = run_node("LayerNormalization", 17, [x, w, b], 3)
+    ey, em, ei = layer_norm(x, w, b)
+    np.testing.assert_allclose(mean, em, rtol=2e-7)
+    np.testing.assert_allclose(inv, ei, rtol=1e-3)       # deviations of ~0.5 on values up to 300 in float32
+    np.testing.assert_allclose(y, ey, rtol=1e-3, atol=1e-3 * np.abs(ey).max())
+    xt = np.ascontiguousarray(np.swapaxes(x, 0, -1)).swapaxes(0, -1)     # x's values, strided
+    np.testing.assert_allclose(run_node("LayerNormalization", 17, [xt, w, b]), ey, rtol=1e-3, atol=1e-3 * np.abs(ey).max())
+    if x.size // x.shape[-1] > 1:
+        bad = x.copy()
+        bad.reshape(-1, shape[-1])[0, 0] = np.nan
+        bad.reshape(-1, shape[-1])[-1, -1] = np.inf
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)        # inf - inf
+            got = run_node("LayerNormalization", 17, [bad, w, b]).reshape(-1, shape[-1])
+        assert np.isnan(got[0]).all() and np.isnan(got[-1]).all()
+        np.testing.assert_allclose(got[1:-1], ey.reshape(-1, shape[-1])[1:-1], rtol=1e-3, atol=1e-3 * np.abs(ey).max())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("shape", [(1, 4, 128, 128), (15, 9), (16, 9), (3, 1), (5, 0), (7,)])
+def test_last_axis_sums_by_product_and_by_reduce(dtype, shape):
+    """normalization.last_axis_sums (LayerNormalization's means, the attention kernels' softmax sums):
+    a product with ones from 16 rows on (float32/float64), numpy's sums otherwise; both to the type's
+    accuracy against float64 sums, an axis of 1 kept, inf and NaN staying in their rows."""
+    from onnx_mini.ops.nn.normalization import last_axis_sums
+    x = np.random.default_rng(shape[-1]).random(shape).astype(dtype)
+    got = last_axis_sums(x)
+    assert got.dtype == dtype and got.shape == shape[:-1] + (1,)
+    want = x.astype(np.float64).sum(axis=-1, keepdims=True)
+    np.testing.assert_allclose(got, want, rtol=4 * np.finfo(dtype).eps * max(shape[-1], 1) ** 0.5, atol=0)
+    if x.ndim > 1 and x.size:
+        x2 = x.reshape(-1, shape[-1]).copy()
+        x2[0, -1], x2[-1, 0] = np.inf, np.nan
+        got2 = last_axis_sums(x2)
+        assert got2[0, 0] == np.inf and np.isnan(got2[-1, 0])
+        np.testing.assert_allclose(got2[1:-1], want.reshape(-1, 1)[1:-1], rtol=4 * np.finfo(dtype).eps * shape[-1] ** 0.5)
 
 
 def test_layernorm_errors():

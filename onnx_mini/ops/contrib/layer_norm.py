@@ -6,7 +6,7 @@ import numpy as np
 
 from ...errors import InvalidValueError
 from ...registry import kernel
-from ..nn.normalization import _moments
+from ..nn.normalization import _last_axis_moments, _moments
 from .transformer import F32, MS, _ct, _f, _float_input
 
 
@@ -23,6 +23,12 @@ def _skip_sum(x, skip, bias, ct):
     if bias is not None:
         s += _f(bias, ct)
     return s
+
+
+def _hidden_moments(s: np.ndarray):
+    """_moments over the last (hidden) axis: normalization's row-sum and dot-product path when there
+    is anything to sum (float32 [1, 128, 256]: ~20 us fewer)."""
+    return _last_axis_moments(s) if s.size else _moments(s, (s.ndim - 1,))
 
 
 def rms_inverse(sq: np.ndarray, axes, count: int, eps: float) -> np.ndarray:
@@ -58,7 +64,7 @@ def skip_layer_normalization_1(*, epsilon=1e-12, _n_outputs=1):
             _vector(p, hidden, name)
         ct = _ct(dt)
         s = _skip_sum(input, skip, bias, ct)
-        mean, d, var = _moments(s, (s.ndim - 1,))
+        mean, d, var = _hidden_moments(s)
         inv = 1 / np.sqrt(var + ct.type(eps))
         y = d                                  # d is _moments' own buffer: scaled and shifted in place
         y *= inv
@@ -153,7 +159,7 @@ def embed_layer_normalization_1(*, epsilon=1e-12, mask_index_type=1, _n_outputs=
         e = e + _f(_lookup(position_embedding, pos, "position_embedding"), ct)
         if segment_ids is not None:
             e += _f(_lookup(segment_embedding, segment_ids, "segment_embedding"), ct)
-        _, d, var = _moments(e, (2,))
+        _, d, var = _hidden_moments(e)
         y = d / np.sqrt(var + ct.type(eps)) * _f(gamma, ct) + _f(beta, ct)
         mask_index = (np.count_nonzero(mask, axis=1) if mask is not None else np.zeros(b)).astype(np.int32)
         outs = (y.astype(dt), mask_index, e.astype(dt))

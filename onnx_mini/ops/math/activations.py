@@ -119,7 +119,8 @@ def selu_6(*, alpha=_f32(1.67326319217681884765625), gamma=_f32(1.05070102214813
 
 def _gelu_erf(x):
     """0.5 * x * (1 + erf(x / sqrt(2))), written with erfc to keep precision for negative x (float32:
-    normal_cdf.gelu_float32: a table of Phi and a short series, to 3 ulp, the left tail included)."""
+    normal_cdf.gelu_float32: a table of Phi and a short series, to 3 ulp, the left tail included; 4
+    for |x| < 2^-122)."""
     if x.dtype == np.float32:
         return gelu_float32(x)
     t = erfc(np.multiply(x, -1.0 / math.sqrt(2.0)))

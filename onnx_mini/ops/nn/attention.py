@@ -26,6 +26,7 @@ from ... import blas
 from ...errors import InvalidValueError
 from ...registry import kernel
 from .._common import UPCAST, broadcasts_to
+from .normalization import last_axis_sums
 
 _SOFTMAX_TYPES = {1: np.dtype(np.float32), 10: np.dtype(np.float16), 11: np.dtype(np.float64),
                   16: np.dtype(ml_dtypes.bfloat16)}
@@ -173,7 +174,7 @@ def _softmax(x: np.ndarray, sm_type, ct: np.dtype) -> np.ndarray:
     m[np.isneginf(m)] = 0
     x -= m
     np.exp(x, out=x)
-    total = x.sum(axis=-1, keepdims=True)
+    total = last_axis_sums(x)
     total[total == 0] = 1
     x /= total
     return x
