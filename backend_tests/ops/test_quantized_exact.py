@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import onnx_mini
-from onnx_mini.ops.math.matmul import F32_EXACT, int_matmul, integer_range
+from onnx_mini.ops.contrib import quantized_matmul as qm
+from onnx_mini.ops.math.matmul import F32_EXACT, int_matmul, integer_range, matmul
 from onnx_mini.ops.nn import conv_quantized
 
 from helpers import assert_same, one_node_model
@@ -46,12 +47,20 @@ def ref_product(a, b, a_zp=0, b_zp=0):
     return np.matmul(a.astype(np.int64) - np.asarray(a_zp, np.int64), b.astype(np.int64) - np.asarray(b_zp, np.int64))
 
 
-def ref_conv(x, w, x_zp=0, w_zp=0, pad=0, group=1):
-    """conv(x - x_zp, w - w_zp), 2-D, stride 1, in np.int64 (padding: zero after the shift)."""
+def ref_conv(x, w, x_zp=0, w_zp=0, pad=0, group=1, stride=1, dilation=1):
+    """conv(x - x_zp, w - w_zp), 2-D, in np.int64 (padding: zero after the shift). pad: an int or ONNX's
+    (top, left, bottom, right); a stride keeps every stride-th output of stride 1, a dilation spreads W's
+    taps with zeros between them."""
     xs = x.astype(np.int64) - np.asarray(x_zp, np.int64)
     ws = w.astype(np.int64) - np.asarray(w_zp, np.int64).reshape(-1, 1, 1, 1)
-    xs = np.pad(xs, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    m, cg, kh, kw = w.shape
+    t, left, b, r = (pad,) * 4 if np.isscalar(pad) else pad
+    xs = np.pad(xs, ((0, 0), (0, 0), (t, b), (left, r)))
+    if dilation > 1:
+        m, cg, kh, kw = ws.shape
+        spread = np.zeros((m, cg, (kh - 1) * dilation + 1, (kw - 1) * dilation + 1), np.int64)
+        spread[:, :, ::dilation, ::dilation] = ws
+        ws = spread
+    m, cg, kh, kw = ws.shape
     win = np.lib.stride_tricks.sliding_window_view(xs, (kh, kw), axis=(2, 3))   # n, c, oh, ow, kh, kw
     n, _, oh, ow = win.shape[:4]
     out = np.empty((n, m, oh, ow), np.int64)
@@ -59,7 +68,7 @@ def ref_conv(x, w, x_zp=0, w_zp=0, pad=0, group=1):
     for g in range(group):
         out[:, g * mg:(g + 1) * mg] = np.einsum("nchwij,mcij->nmhw", win[:, g * cg:(g + 1) * cg],
                                                 ws[g * mg:(g + 1) * mg])
-    return out
+    return out[:, :, ::stride, ::stride]
 
 
 def extremes(shape, low, high, rng):
@@ -234,6 +243,105 @@ def test_qlinear_conv_extremes_and_random(c, k):
     assert_same(y, ref_qlinear_conv(acc, bias, F32(0.02), ws, F32(0.1), 100, U8))
 
 
+# -- QLinearConv with X's zero point folded into the bias (every input but X a constant) ----------------
+
+def folds(monkeypatch):
+    """Count the calls of the zero-point fold (conv_quantized._ZeroPointFold)."""
+    calls = []
+    real = conv_quantized._ZeroPointFold.__call__
+    monkeypatch.setattr(conv_quantized._ZeroPointFold, "__call__",
+                        lambda self, *a: calls.append(1) or real(self, *a))
+    return calls
+
+
+FOLD_CASES = [  # (x type, x_zp, W shape, group, attributes)
+    pytest.param(U8, 128, (16, 1, 3, 3), 16, dict(pads=[1, 1, 1, 1], strides=[2, 2]), id="depthwise-stride2"),
+    pytest.param(U8, 37, (6, 2, 3, 3), 2, dict(pads=[0, 1, 2, 1]), id="grouped-asymmetric-pads-odd-zp"),
+    pytest.param(U8, 255, (5, 8, 1, 1), 1, {}, id="pointwise-no-pad-bias-folded"),
+    pytest.param(U8, 200, (5, 8, 1, 1), 1, dict(pads=[1, 0, 0, 2]), id="pointwise-padded"),
+    pytest.param(I8, -128, (4, 8, 3, 3), 1, dict(pads=[2, 2, 2, 2], dilations=[2, 2]), id="int8-dilated"),
+    pytest.param(I8, 127, (8, 1, 3, 3), 8, dict(pads=[1, 1, 1, 1], strides=[1, 2]), id="int8-depthwise-strides"),
+    pytest.param(I8, 3, (4, 8, 3, 3), 1, dict(auto_pad="SAME_UPPER", strides=[2, 2]), id="int8-same-upper"),
+]
+
+
+@pytest.mark.parametrize("xt,x_zp,w_shape,group,attrs", FOLD_CASES)
+def test_qlinear_conv_zero_point_fold_against_int64(monkeypatch, xt, x_zp, w_shape, group, attrs):
+    """conv(x, W) + (B - x_zp * W summed over the taps inside X) is conv(x - x_zp, W) + B bit for bit: random X,
+    X at the type's extremes (|x - x_zp| at its largest on one side), two images, per-channel scales and W
+    zero points; the fold runs (counted) wherever x_zp is not 0."""
+    calls = folds(monkeypatch)
+    rng = np.random.default_rng(abs(x_zp) + w_shape[0])
+    info = np.iinfo(xt)
+    m, cg = w_shape[:2]
+    w = rng.integers(-128, 128, w_shape).astype(I8)
+    w[0] = -128
+    w_zp = rng.integers(-5, 6, m).astype(I8)
+    ws = (rng.random(m) * 2e-3 + 1e-4).astype(F32)
+    bias = rng.integers(-3000, 3000, m).astype(np.int32)
+    xs, ys, yz = F32(0.02), F32(0.05), np.array(120, U8)
+    for x in (rng.integers(info.min, info.max + 1, (2, cg * group, 9, 8)).astype(xt),
+              extremes((1, cg * group, 7, 7), info.min, info.max, rng).astype(xt),
+              np.full((1, cg * group, 6, 5), info.min if x_zp > 0 else info.max, xt)):
+        inputs = [x, np.array(xs), np.array(x_zp, xt), w, ws, w_zp, np.array(ys), yz, bias]
+        y = both("QLinearConv", inputs, {1, 2, 3, 4, 5, 6, 7, 8}, version=10, group=group, **attrs)
+        a = dict(attrs)
+        if a.pop("auto_pad", None) == "SAME_UPPER":     # odd sizes padded at the end: total k - 1 - (n - 1) % s
+            hp = max(0, (x.shape[2] - 1) // 2 * 2 + 3 - x.shape[2])
+            wp = max(0, (x.shape[3] - 1) // 2 * 2 + 3 - x.shape[3])
+            a["pads"] = [hp // 2, wp // 2, hp - hp // 2, wp - wp // 2]
+        st = a.get("strides", [1, 1])
+        acc = ref_conv(x, w, x_zp, w_zp, pad=tuple(a.get("pads", [0] * 4)), group=group, stride=1,
+                       dilation=a.get("dilations", [1])[0])[:, :, ::st[0], ::st[1]]
+        assert_same(y, ref_qlinear_conv(acc, bias, xs, ws, ys, 120, U8))
+    assert calls
+
+
+def test_qlinear_conv_zero_point_fold_without_bias(monkeypatch):
+    """No B: the fold's bias is -x_zp * sum(W) alone, and its map at the padded borders (x_zp = 1, odd)."""
+    calls = folds(monkeypatch)
+    rng = np.random.default_rng(12)
+    x = rng.integers(0, 256, (1, 6, 6, 7)).astype(U8)
+    w = rng.integers(-128, 128, (6, 1, 3, 3)).astype(I8)
+    inputs = [x, np.array(F32(0.01)), np.array(1, U8), w, np.array(F32(0.004)), np.array(0, I8), np.array(F32(0.2)),
+              np.array(128, U8)]
+    y = both("QLinearConv", inputs, {1, 2, 3, 4, 5, 6, 7}, version=10, pads=[1, 1, 1, 1], group=6)
+    assert_same(y, ref_qlinear_conv(ref_conv(x, w, 1, pad=1, group=6), np.zeros(6, np.int32), F32(0.01),
+                                    np.full(6, 0.004, F32), F32(0.2), 128, U8))
+    assert calls
+
+
+def test_qlinear_conv_zero_point_fold_refused_past_its_bound(monkeypatch):
+    """The fold's partial sums reach max|x| * sum|W_m| (x not shifted), beyond the node's own bound: 400 taps
+    of -128 with x_zp = 128 sum to 400 * 128 * 128 (< 2^24) shifted, but up to 400 * 128 * 255 unshifted
+    (> 2^24): no fold there, and the result stays exact."""
+    calls = folds(monkeypatch)
+    w = np.full((1, 400, 1, 1), -128, I8)
+    assert conv_quantized._ZeroPointFold.make({}, w.astype(F32), None, np.array(128, U8), np.dtype(U8)) is None
+    x = np.full((1, 400, 2, 2), 0, U8)
+    x[0, :, 1, 1] = 255
+    inputs = [x, np.array(F32(1)), np.array(128, U8), w, np.array([2.0 ** -16], F32), np.array([0], I8),
+              np.array(F32(1)), np.array(128, U8)]
+    y = both("QLinearConv", inputs, {1, 2, 3, 4, 5, 6, 7}, version=10)
+    acc = ref_conv(x, w, 128)
+    assert_same(y, ref_qlinear_conv(acc, np.zeros(1, np.int32), F32(1), np.array([2.0 ** -16], F32), F32(1), 128, U8))
+    assert acc[0, 0, 0, 0] == 400 * 128 * 128 and not calls
+
+
+def test_qlinear_conv_zero_point_zero_takes_no_fold(monkeypatch):
+    """x_zp = 0: nothing to fold (X is only cast)."""
+    calls = folds(monkeypatch)
+    rng = np.random.default_rng(11)
+    x = rng.integers(0, 256, (1, 4, 5, 5)).astype(U8)
+    w = rng.integers(-128, 128, (3, 4, 3, 3)).astype(I8)
+    inputs = [x, np.array(F32(0.01)), np.array(0, U8), w, np.array(F32(0.01)), np.array(0, I8), np.array(F32(0.2)),
+              np.array(3, U8)]
+    y = both("QLinearConv", inputs, {1, 2, 3, 4, 5, 6, 7}, version=10, pads=[1, 1, 1, 1])
+    assert_same(y, ref_qlinear_conv(ref_conv(x, w, pad=1), np.zeros(3, np.int32), F32(0.01), np.full(3, 0.01, F32),
+                                    F32(0.2), 3, U8))
+    assert not calls
+
+
 # -- com.microsoft: MatMulIntegerToFloat, DynamicQuantizeMatMul, QGemm, QAttention ------------------
 
 @pytest.mark.parametrize("k", [K_F32, K_F32 + 1, 1200])
@@ -273,6 +381,76 @@ def test_qgemm_extremes(k):
     exp = ref_product(a, b, 255, 127).astype(F32) * (sa * sb)
     exp *= F32(2)
     assert_same(y, exp)
+
+
+def ref_qgemm(a, b, a_zp, b_zp, sa, sb, c, alpha, ys, yz, dtype):
+    """QGemm's float32 steps on the int64 product: acc * (sa * sb) + c * (sa * sb), times alpha, / ys, then
+    rounded half to even, shifted by yz and saturated (y_scale None: the float32 values)."""
+    scale = F32(sa) * np.asarray(sb, F32)
+    y = ref_product(a, b, a_zp, b_zp).astype(F32) * scale
+    if c is not None:
+        y += c.astype(F32) * scale
+    y *= F32(alpha)
+    if ys is None:
+        return y
+    info = np.iinfo(dtype)
+    return np.clip(np.rint(y / F32(ys)) + yz, info.min, info.max).astype(dtype)
+
+
+@pytest.mark.parametrize("a_zp,k,trans_a,c_shape,y_out", [
+    (134, 1024, 0, (2,), (U8, 131)),       # the MobileNet classifier's shape of sums: one float32 product
+    (255, K_F32 + 1, 1, (1, 2), (I8, -7)),
+    (0, 300, 0, None, None),
+    (7, 64, 0, (), (U8, None)),
+])
+def test_qgemm_constant_weights_against_int64(monkeypatch, a_zp, k, trans_a, c_shape, y_out):
+    """Every input but A constant (a quantize_static model): the product in one float32 product where
+    max|a - a_zp| * sum_k |B[k, n] - b_zp| stays within 2^24 (else split as before); extremes and random A,
+    one row and several. The constant path (its one product counted) runs."""
+    calls = []
+    monkeypatch.setattr(qm, "matmul", lambda *a: calls.append(1) or matmul(*a))
+    rng = np.random.default_rng(k + a_zp)
+    b = rng.integers(-128, 128, (k, 2)).astype(I8)
+    b_zp = np.array([0, 3], I8)
+    sa, sb = F32(0.004), np.array([0.01, 0.03], F32)
+    c = None if c_shape is None else rng.integers(-20000, 20000, c_shape).astype(np.int32)
+    dt, yz = y_out if y_out else (None, None)
+    for a in (rng.integers(0, 256, (1, k)).astype(U8), extremes((3, k), 0, 255, rng).astype(U8)):
+        inputs = [a.T.copy() if trans_a else a, np.array(sa), np.array(a_zp, U8), b.T.copy(), sb, b_zp, c,
+                  None if y_out is None else np.array(F32(0.5)), None if yz is None else np.array(yz, dt)]
+        y = both("QGemm", inputs, {1, 2, 3, 4, 5, 6, 7, 8}, domain=MS, transA=trans_a, transB=1, alpha=1.5)
+        assert_same(y, ref_qgemm(a, b, a_zp, b_zp, sa, sb, c, 1.5, None if y_out is None else 0.5,
+                                 0 if yz is None else yz, dt or U8))
+    assert len(calls) == 2
+
+
+@pytest.mark.parametrize("fed", [6, 7, 8])
+def test_qgemm_input_fed_at_run_time_takes_the_general_path(monkeypatch, fed):
+    """C, y_scale or y_zero_point fed while the rest are constants: the per-call path (the constant one's
+    product never called), the same bits as with every input fed."""
+    calls = []
+    monkeypatch.setattr(qm, "matmul", lambda *a: calls.append(1) or matmul(*a))
+    rng = np.random.default_rng(fed)
+    a, b = rng.integers(0, 256, (2, 40)).astype(U8), rng.integers(-128, 128, (40, 3)).astype(I8)
+    c = rng.integers(-900, 900, 3).astype(np.int32)
+    inputs = [a, np.array(F32(0.01)), np.array(9, U8), b, np.array(F32(0.02)), np.array(1, I8), c,
+              np.array(F32(0.3)), np.array(-4, I8)]
+    y = both("QGemm", inputs, {1, 2, 3, 4, 5, 6, 7, 8} - {fed}, domain=MS)
+    assert_same(y, ref_qgemm(a, b, 9, 1, F32(0.01), F32(0.02), c, 1.0, 0.3, -4, I8))
+    assert not calls
+
+
+def test_qgemm_constant_weights_split_past_the_column_bound(monkeypatch):
+    """Columns of 259 taps at |b - b_zp| = 255 against |a - a_zp| = 255: the measured bound passes 2^24, so the
+    one-product path is refused (its product never called) and K is split as int_matmul does; the sum
+    259 * 65025 comes out exact, then rounded once to float32."""
+    calls = []
+    monkeypatch.setattr(qm, "matmul", lambda *a: calls.append(1) or matmul(*a))
+    b = np.full((K_F32 + 1, 1), -128, I8)
+    a = np.zeros((1, K_F32 + 1), U8)
+    inputs = [a, np.array(F32(1)), np.array(255, U8), b, np.array(F32(1)), np.array(127, I8)]
+    y = both("QGemm", inputs, {1, 2, 3, 4, 5}, domain=MS)
+    assert y[0, 0] == F32(65025 * (K_F32 + 1)) and not calls
 
 
 @pytest.mark.parametrize("hidden_in", [K_F32, K_F32 + 1])

@@ -31,8 +31,8 @@ from ...registry import kernel
 from .._common import as_array, broadcasts_to, normalize_axis, prepack, same_type
 from ..fused import FUSED_DOMAIN
 from ..math.elementwise import binary
-from ..math.matmul import (_int_product, _per_col, _weight_of, _zero_points, centered, int_matmul, int_operand,
-                           integer_range, to_int32)
+from ..math.matmul import (F32_EXACT, _int_product, _per_col, _weight_of, _zero_points, centered, int_matmul,
+                           int_operand, integer_range, matmul, to_int32)
 from ..quantization import dynamic_quantize_linear_11, quantize_array
 from ..rnn import lstm_14
 from ..tensor.cast import FLOAT8_MAX
@@ -335,7 +335,74 @@ def qgemm_1(*, alpha=1.0, transA=0, transB=0, _constants=None):
             raise InvalidValueError(f"y_zero_point must be int8 or uint8, got {dt}")
         zp = None if y_zero_point is None else _scalar(y_zero_point, "y_zero_point")
         return quantize_array(y / _scalar(y_scale, "y_scale").astype(_F32), dt, zp, scratch=True)
-    return run
+
+    fast = _constant_qgemm(_constants, weight_of, transB)
+    if fast is None:
+        return run
+    given, a_type, k, a_zp, bc, scale, c_term, ys, dt, zp = fast
+
+    def run_constant(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c=None, y_scale=None, y_zero_point=None):
+        """Every input but A the prepared constants (or absent), A 2-D of their type: run's steps, bit for
+        bit, with the constant parts made once."""
+        if a.dtype != a_type or a.ndim != 2 or a.shape[0 if transA else 1] != k or any(
+                v is not g for v, g in zip((a_scale, a_zero_point, b, b_scale, b_zero_point, c, y_scale, y_zero_point),
+                                           given)):
+            return run(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c, y_scale, y_zero_point)
+        y = matmul(centered(a.T if transA else a, a_zp), bc, "matrix product")    # exact: see _constant_qgemm
+        y *= scale
+        if c_term is not None:
+            y += c_term
+        if alpha != 1:
+            y *= alpha
+        if ys is None:
+            return y
+        return quantize_array(y / ys, dt, zp, scratch=True)
+    return run_constant
+
+
+def _constant_qgemm(constants, weight_of, trans_b):
+    """QGemm's plan when every input but A is a constant or absent (a quantize_static model) and valid:
+    (those inputs in order 1..8, A's type, K, A's zero point, B - b_zero_point as float32, the float32 scale
+    a_scale * b_scale, C's float32 term, y_scale as float32, y's type and zero point), else None.
+    weight_of: the node's prepared B (_prepared_b).
+
+    The product then runs as one float32 product where every partial sum of column n is within 2^24: at
+    most max|a - a_zp| * sum_k |B[k, n] - b_zp| (measured once; tighter than int_matmul's K * max * max,
+    which splits K at 1024 x 576 with a zero point of 134); elsewhere (None) run keeps int_matmul."""
+    constants = constants or {}
+    if any(i not in constants for i in (1, 2, 3, 4)):
+        return None
+    a_scale, a_zero_point, b, b_scale = (constants[i] for i in (1, 2, 3, 4))
+    b_zero_point, c, y_scale, y_zero_point = (constants.get(i) for i in (5, 6, 7, 8))   # None: absent (or fed)
+    try:
+        if b.ndim != 2 or a_zero_point.dtype not in _INT8S or a_zero_point.size != 1:
+            return None
+        b2 = b.T if trans_b else b
+        bc, _ = weight_of(b, b_zero_point)              # prepared: B - b_zero_point as float32 (K, N)
+        ra = integer_range(a_zero_point.dtype, a_zero_point)
+        if ra * float(np.abs(bc).sum(axis=0).max(initial=0)) > F32_EXACT:
+            return None
+        scale = _scalar(a_scale, "a_scale").astype(_F32) * _per_col(b_scale, b2, "b_scale").astype(_F32)
+        c_term = None
+        if c is not None:
+            # C broadcasting to every A's rows (one row, or a scalar); another shape: run's checks per call
+            if c.dtype != np.int32 or c.ndim > 2 or (c.ndim and (c.size != c.shape[-1] or c.size not in (1, b2.shape[1]))):
+                return None
+            c_term = c.astype(_F32) * scale
+        ys = dt = zp = None
+        if y_scale is not None:
+            dt = _U8 if y_zero_point is None else y_zero_point.dtype
+            if dt not in _INT8S:
+                return None
+            zp = None if y_zero_point is None else _scalar(y_zero_point, "y_zero_point")
+            ys = _scalar(y_scale, "y_scale").astype(_F32)
+        elif y_zero_point is not None:
+            return None
+    except InvalidValueError:
+        return None                     # run raises it, naming the node
+    given = (a_scale, a_zero_point, b, b_scale, b_zero_point, c, y_scale, y_zero_point)
+    a_zp = a_zero_point.reshape(())
+    return given, a_zero_point.dtype, b2.shape[0], (a_zp if a_zp.any() else None), bc, scale, c_term, ys, dt, zp
 
 
 # -- DynamicQuantizeLSTM --------------------------------------------------------------------------
