@@ -389,7 +389,9 @@ def test_conv_depthwise_layouts(monkeypatch, layout, xs, ws, bias, attrs):
                                                      ((1, 32, 60, 60), [2, 2], 1, "im2col"),
                                                      ((1, 48, 14, 14), [2, 2], 1, "depthwise-einsum"),
                                                      ((1, 96, 8, 8), [2, 2], 1, "depthwise-einsum"),
-                                                     ((1, 16, 120, 120), [2, 2], 1, "depthwise-flat"),
+                                                     ((1, 16, 120, 120), [2, 2], 1, "im2col"),
+                                                     ((1, 33, 70, 70), [2, 2], 1, "depthwise-flat"),
+                                                     ((1, 16, 70, 70), [2, 2], 2, "depthwise-flat"),
                                                      ((2, 64, 28, 28), [1, 1], 1, "depthwise-einsum"),
                                                      ((1, 16, 30, 30), [1, 1], 1, "depthwise-einsum"),
                                                      ((1, 128, 30, 30), [1, 1], 1, "depthwise-einsum"),
@@ -397,7 +399,8 @@ def test_conv_depthwise_layouts(monkeypatch, layout, xs, ws, bias, attrs):
                                                      ((1, 8, 10, 10), [1, 1], 2, "depthwise-channels-last"),
                                                      ((1, 4, 40, 40), [1, 1], 1, "depthwise-flat")])
 def test_conv_depthwise_picks_its_layout_by_shape(monkeypatch, xs, strides, mult, layout):
-    """Small strided images: im2col up to 32 channels, the einsum above (thresholds.DW_IM2COL_MAX_CHANNELS);
+    """Strided images: im2col up to 32 channels (thresholds.DW_IM2COL_MAX_CHANNELS; large ones while the
+    columns stay within DW_IM2COL_MAX_COLUMN_BYTES: 16 x 9 x 60 x 60 x 4 = 2 MB), small ones the einsum above;
     banded products (up to 28 output columns) for stride-1 layers whose einsum would tile over 300 kB of
     weights (768 x 14 x 9 floats); the einsum for every other small image with one output channel per
     input channel, channels-last with a channel multiplier, flat for large images (over 1024 output
@@ -409,6 +412,19 @@ def test_conv_depthwise_picks_its_layout_by_shape(monkeypatch, xs, strides, mult
     assert_same(fn(x, w), conv_expected(x, w, **attrs).astype(np.float32))
     assert fn.algorithms == {x.shape: layout}
     assert select_3x3(c, c * mult, xs[2], stride=strides[0], group=c, n=xs[0]) == layout
+
+
+def test_conv_depthwise_strided_im2col_up_to_its_column_bytes():
+    """Large strided images with few channels go im2col while C x 9 x pixels of columns stay within
+    thresholds.DW_IM2COL_MAX_COLUMN_BYTES (4 MB): MobileNet's 16 x 112 x 112 /2 layer (1.8 MB) and 32
+    channels (3.6 MB), not 16 x 224 x 224 /2 (7.2 MB) nor 32 channels in float64; flat with 33 channels."""
+    assert thresholds.DW_IM2COL_MAX_COLUMN_BYTES == 4 << 20
+    assert select_3x3(16, 16, 112, stride=2, group=16) == select_3x3(32, 32, 112, stride=2, group=32) == "im2col"
+    assert select_3x3(16, 16, 112, np.float64, stride=2, group=16) == "im2col"
+    assert select_3x3(16, 16, 224, stride=2, group=16) == "depthwise-flat"
+    assert select_3x3(32, 32, 112, np.float64, stride=2, group=32) == "depthwise-flat"
+    assert select_3x3(33, 33, 112, stride=2, group=33) == "depthwise-flat"
+    assert select_3x3(16, 16, 112, group=16) == "depthwise-flat"          # unstrided
 
 
 @pytest.mark.parametrize("layout", ["flat", "channels-last", "einsum", "banded"])
@@ -461,6 +477,32 @@ def test_conv_depthwise_einsum_strided_last_axis(monkeypatch, xs, kernel, stride
     x, w, b = ints(xs, dtype=dtype), ints((c, 1, *kernel), dtype=dtype), ints((c,), dtype=dtype)
     attrs = dict(group=c, strides=strides, dilations=dil, pads=pads)
     assert_same(run_depthwise("einsum", [x, w, b], **attrs_of(**attrs)), conv_expected(x, w, b, **attrs).astype(dtype))
+
+
+@pytest.mark.parametrize("forced", [None, "depthwise-einsum"])
+@pytest.mark.parametrize("strides,dil", [([2, 2], [1, 1]), ([1, 2], [1, 1]), ([2, 3], [2, 2])])
+def test_conv_depthwise_einsum_phases_with_infinities_sum_the_taps_alone(monkeypatch, forced, strides, dil):
+    """The einsum over column phases weighs the values its slots without a tap read by 0 (3x3, stride
+    2 along the last axis: slot (1, 1) reads padded column 2j + 3, outside output j's window), and
+    0 * inf is NaN: sums that are not all finite are made again from the taps' slots alone, so an
+    infinity or a NaN of X reaches only its own windows; finite sums are the einsum's."""
+    from onnx_mini.ops.nn.conv import depthwise_channels_last
+    monkeypatch.setattr(thresholds, "TRANSPOSE_MIN_PIXELS", 1)      # the phases from this small image on
+    calls = spy_on(monkeypatch, depthwise_channels_last, "sum_taps")
+    attrs = dict(group=40, strides=strides, dilations=dil, pads=[1, 1, 1, 1])
+    fn = conv.conv_1(_options={"conv_algorithm": forced}, **attrs_of(**attrs))
+    w, b = ints((40, 1, 3, 3), lo=1, hi=2), ints((40,))
+    x = ints((2, 40, 7, 12))
+    x[0, :, 3, 4] = np.inf          # padded column 5: a slot without a tap of output column 1 (stride 2)
+    x[1, :3, 2, 6] = -np.inf
+    x[1, 5, 2, 7] = np.nan
+    expected = conv_expected(x, w, b, **attrs).astype(np.float32)
+    assert np.isfinite(expected).sum() > expected.size // 2
+    assert_same(fn(x, w, b), expected)
+    assert fn.algorithms == {x.shape: "depthwise-einsum"} and calls == ["sum_taps"]
+    x = ints((2, 40, 7, 12))
+    assert_same(fn(x, w, b), conv_expected(x, w, b, **attrs).astype(np.float32))
+    assert calls == ["sum_taps"]
 
 
 @pytest.mark.parametrize("block,channels", [(1, 2), (10, 3), (14, 64), (1000, 1000)])

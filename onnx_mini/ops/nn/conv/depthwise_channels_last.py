@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from .._common import read_extent, read_region, strided_view
+from .._common import finite, read_extent, read_region, strided_view
 from . import thresholds
 from .scratch import buffer
 
@@ -54,7 +54,10 @@ def einsum_layout(in_sizes, kernel, strides, dil, begin, out, mult, taps):
     phases (column_phases_input: phase p holding the padded columns j*s + p): a tap t*d = q*s + p
     reads phase p from column q on, so the window sum runs over (p, q) slots, those without a tap
     weighted 0 (3x3 stride 2: 12 slots for 9 taps; 112x56x56 /2 451 -> 379 us, 128x56x56 /2 509 ->
-    465; small ones lose: 272x14x14 /2 63 -> 71, 512x14x14 /2 103 -> 159).
+    465; small ones lose: 272x14x14 /2 63 -> 71, 512x14x14 /2 103 -> 159). A slot without a tap
+    still reads an input value, and 0 * inf is NaN: when the sums are not all finite (some slot read
+    an infinity or a NaN; checking costs a pass over the output, a quarter of X at stride 2), they
+    are made again from the taps' slots alone, a multiply-add each.
     The channels-last result keeps a gap after each row (merged) or pixel (C of them otherwise) when
     C values span a multiple of 512 bytes: reading it back with such a power-of-two stride thrashes
     the cache sets (512x14x14: the copy back 227 -> 53 us; 1024x7x7 132 -> 16)."""
@@ -64,6 +67,8 @@ def einsum_layout(in_sizes, kernel, strides, dil, begin, out, mult, taps):
         need, padded = column_phases_input(in_sizes, kernel, strides, dil, begin, out)
         slots = (strides[-1], (kernel[-1] - 1) * dil[-1] // strides[-1] + 1)     # (p, q) along the last axis
         window = (*kernel[:-1], *slots)
+        last = [divmod(t * dil[-1], strides[-1])[::-1] for t in range(kernel[-1])]     # the taps' (p, q)
+        slot_taps = [(*k, *pq) for k in np.ndindex(*kernel[:-1]) for pq in last]
     else:
         need, padded = channels_last_input(in_sizes, kernel, strides, dil, begin, out)
         window = tuple(kernel)
@@ -110,7 +115,12 @@ def einsum_layout(in_sizes, kernel, strides, dil, begin, out, mult, taps):
         key = (xp.shape, xp.strides)
         view_shape, view_strides, acc_shape = shapes.get(key) or shapes.setdefault(key, geometry(xp))
         acc = buffer(buffers, "acc", acc_shape, x.dtype)[..., :tile * c]
-        np.einsum(subscripts, strided_view(xp, view_shape, view_strides), wl, out=acc)
+        windows = strided_view(xp, view_shape, view_strides)
+        np.einsum(subscripts, windows, wl, out=acc)
+        # a slot without a tap may have read inf or NaN: then the taps alone (the sums checked by their
+        # column sums, vector adds of the rows: 128x28x28 55 -> 13 us against summing the gapped rows whole)
+        if phased and not finite(np.add.reduce(acc.reshape(-1, acc.shape[-1]), axis=0)):
+            sum_taps(windows, wl, slot_taps, acc)
         acc = acc.reshape(n, *out, c) if tile > 1 else acc
         if b is not None:
             acc += b[:, 0]
@@ -118,6 +128,16 @@ def einsum_layout(in_sizes, kernel, strides, dil, begin, out, mult, taps):
     step.weights = weights
     step.arrangement = (phased, window, tile)
     return step, math.prod(need) + math.prod(out) + thresholds.CACHE_GAP * math.prod(outer)
+
+
+def sum_taps(windows, wl, taps, acc):
+    """acc = the sum over `taps` (window indices) of windows[..., tap, :] * wl[tap] (one product each)."""
+    lead = (slice(None),) * (windows.ndim - wl.ndim)
+    tmp = np.empty_like(acc)
+    for i, tap in enumerate(taps):
+        np.multiply(windows[lead + tap], wl[tap], out=acc if i == 0 else tmp)
+        if i:
+            acc += tmp
 
 
 def column_phases_input(in_sizes, kernel, strides, dil, begin, out):

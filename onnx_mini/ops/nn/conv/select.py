@@ -80,6 +80,9 @@ def select(x_shape, w_shape, dtype, *, group: int, kernel, strides, dilations, b
     pixels = math.prod(out)
     if depthwise:
         if pixels > thresholds.DW_LAST_MAX_PIXELS:
+            if (max(strides) > 1 and mult == 1 and group <= thresholds.DW_IM2COL_MAX_CHANNELS
+                    and c * math.prod(kernel) * pixels * dtype.itemsize <= thresholds.DW_IM2COL_MAX_COLUMN_BYTES):
+                return "im2col"     # strided, few channels: the columns and one product beat the taps
             layout = "depthwise-flat"
         else:
             layout = "depthwise-einsum" if mult == 1 else "depthwise-channels-last"

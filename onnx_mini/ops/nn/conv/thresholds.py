@@ -17,6 +17,9 @@ DW_EINSUM_MAX_WEIGHT_BYTES = 300 << 10   # stride 1: banded beat the einsum once
 BANDED_MAX_WIDTH = 28                    # banded lost on wider outputs (128x56x56: 0.72 -> 1.67 ms)
 DW_IM2COL_MAX_CHANNELS = 32             # strided small depthwise: im2col beat einsum/banded (16x56x56 /2 111 vs
                                          # 126/165 us, 32x56x56 /2 207/219/383), lost at 48 (48x14x14 /2 87 vs 66)
+DW_IM2COL_MAX_COLUMN_BYTES = 4 << 20     # ... above DW_LAST_MAX_PIXELS too, up to this much of columns: flat -> im2col
+                                         # 8x112x112 /2 236 -> 129 us, 16x112x112 /2 433 -> 411, 32x80x80 /2 488 -> 333,
+                                         # 32x112x112 /2 (3.6 MB) a tie, 16x224x224 /2 (7.2 MB) mixed (loaded machine)
 BIAS_COLUMN_MIN_EXPANSION = 2            # pointwise: bias in the product from M >= 2 (C + G) (ResNet-50 -2%)
 
 # -- inside the algorithms -------------------------------------------------------------------------
