@@ -1112,3 +1112,22 @@ def test_loop_body_matmul_add_add_tanh_is_one_step():
     plan = prepare_plan(loaded.graph.nodes[0].attrs["body"], loaded.opsets, outer_scope=("w", "b", "c"))
     assert [(i.domain, i.op_type) for i in plan.infos] == [(FUSED, "MatMul"), ("", "Identity")]
     assert plan.infos[0].inputs == ("h", "w", "c", "b")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_matmul_np_dot_path_is_np_matmul_bit_for_bit(dtype):
+    """The fused MatMul's short path takes np.dot for C-contiguous 2-D operands: np.dot and np.matmul give
+    the same bits there (both BLAS; the kernel's premise, checked on this numpy); strided operands, where
+    np.dot copies and np.matmul loops, stay np.matmul's, and the kernel's results are np.matmul's."""
+    from onnx_mini.ops import fused
+    r = np.random.default_rng(7)
+    for m, k, n in [(m, k, n) for m in (1, 2, 5, 16) for k in (1, 2, 9, 33, 128) for n in (1, 3, 17, 64, 129)]:
+        a, b = r.standard_normal((m, k)).astype(dtype), r.standard_normal((k, n)).astype(dtype)
+        a[a > 1.2] = -0.0
+        assert np.dot(a, b).tobytes() == np.matmul(a, b).tobytes(), (m, k, n)
+        run = fused.fused_matmul(activation="", _constants={})
+        bias = r.standard_normal((1, n)).astype(dtype)
+        for x, w in ((a, b), (np.repeat(a, 2, axis=1)[:, ::2], b), (a, np.repeat(b, 2, axis=1)[:, ::2]),
+                     (np.asfortranarray(a), b)):
+            got = run(x, w, bias)
+            assert got.tobytes() == (np.matmul(x, w) + bias).tobytes(), (m, k, n)

@@ -629,3 +629,80 @@ def test_subplan_runner_checks_its_input_count():
     with pytest.raises(onnx_mini.errors.InvalidValueError, match="takes 2 input.*3 given"):
         call([i64(0), np.array(True), i64(1)])
     assert sub.reads(1) and not sub.reads(0)      # the body ignores its iteration number
+
+
+def _body_of(prepared) -> list:
+    """The SubPlans of the model's first control-flow step (the node's bodies)."""
+    fn = next(s[0] for s in prepared.plan.steps if any(isinstance(c.cell_contents, SubPlan)
+                                                       for c in (s[0].__closure__ or ())))
+    return [c.cell_contents for c in fn.__closure__ if isinstance(c.cell_contents, SubPlan)]
+
+
+@pytest.mark.parametrize("n_scan", [1, 2, 3, 4])
+def test_scan_body_of_one_step(n_scan):
+    """A body that plans to one step (Sum of the state and 1 to 4 elements; the Identity of the scan
+    output folded into it) runs that step alone per iteration: the running sums by hand, for every
+    argument count the runner calls with (2 to 5), and the caller's inputs untouched."""
+    xs = {f"x{j}": f32([[1, 2], [3, 4], [5, 6]]) * 10 ** j for j in range(n_scan)}
+    kept = {k: v.copy() for k, v in xs.items()}
+    inputs = {"init": f32([0.5, 0.25]), **xs}
+    g = helper.make_graph([node("Scan", list(inputs), ["s", "y"], body=sum_body(n_scan), num_scan_inputs=n_scan)],
+                          "g", [vinfo(k, v) for k, v in inputs.items()],
+                          [helper.make_empty_tensor_value_info(o) for o in ("s", "y")])
+    prepared = onnx_mini.prepare(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], ir_version=10))
+    body, = _body_of(prepared)
+    assert len(body.plan.steps) == 1
+    s, y = prepared.run(inputs)
+    unit = sum(10 ** j for j in range(n_scan))          # each element summed with its scaled copies
+    want = f32([[1, 2], [4, 6], [9, 12]]) * unit + f32([0.5, 0.25])
+    assert_same(y, want)
+    assert_same(s, want[-1])
+    for k, v in xs.items():
+        assert_same(v, kept[k])
+
+
+def test_scan_body_of_one_step_error_names_both_nodes():
+    body = graph([node("Add", ["s_in", "e"], ["s_out"], name="inner_add")], ["s_in", "e"], ["s_out"])
+    with pytest.raises(KernelError) as e:
+        run_graph([node("Scan", ["init", "x"], ["s"], body=body, num_scan_inputs=1)],
+                  {"init": f32([0, 0]), "x": f32([[1, 2, 3]])}, ["s"], 21)
+    message = str(e.value)
+    assert NODE in message and "inner_add" in message and "Add" in message and "float32[3]" in message
+
+
+@pytest.mark.parametrize("size", [4, 20000])
+def test_loop_body_of_one_step_carried_in_place(size):
+    """A Loop whose body is one Tanh step on the carried value (its condition passed through): tanh three
+    times, the same bits, whether or not the value is big enough to be written in place (inplace.py);
+    the fed value untouched."""
+    body = loop_body([node("Tanh", ["x_in"], ["x_out"], name="t")], ["x"], cond_out="cond_in")
+    x0 = np.random.default_rng(5).standard_normal(size).astype(np.float32)
+    kept = x0.copy()
+    g = helper.make_graph([node("Loop", ["M", "", "x"], ["x_final"], body=body)], "g",
+                          [vinfo("M", i64(1)), vinfo("x", x0)], [helper.make_empty_tensor_value_info("x_final")])
+    prepared = onnx_mini.prepare(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], ir_version=10))
+    assert len(_body_of(prepared)[0].plan.steps) == 1
+    for _ in range(2):
+        x, = prepared.run({"M": i64(3), "x": x0})
+        assert_same(x, np.tanh(np.tanh(np.tanh(kept))))
+    assert_same(x0, kept)
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_if_branches_of_constants_only(cond):
+    """Branches that plan to no step and return constants: the branch's values, each call; one with a
+    step or an outer value still runs it."""
+    then_g = graph([const("a", f32([1, 2])), const("b", i64(7))], [], ["a", "b"])
+    else_g = graph([const("a", f32([3])), node("Neg", ["x"], ["b"], name="neg")], [], ["a", "b"])
+    g = helper.make_graph([node("If", ["c"], ["a", "b"], then_branch=then_g, else_branch=else_g)], "g",
+                          [vinfo("c", np.array(True)), vinfo("x", i64(4))],
+                          [helper.make_empty_tensor_value_info(o) for o in ("a", "b")])
+    prepared = onnx_mini.prepare(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], ir_version=10))
+    branches = {b.key: b for b in _body_of(prepared)}
+    assert not branches["then_branch"].plan.steps and branches["else_branch"].plan.steps
+    for _ in range(2):
+        a, b = prepared.run({"c": np.array(cond), "x": i64(4)})
+        assert_same(a, f32([1, 2]) if cond else f32([3]))
+        assert_same(b, i64(7) if cond else i64(-4))
+    with pytest.raises(onnx_mini.errors.InvalidValueError, match="takes 0 input.*1 given"):
+        branches["then_branch"].run([f32(1)])
