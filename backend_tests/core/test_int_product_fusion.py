@@ -14,6 +14,7 @@ from helpers import elem_type, model
 
 pytestmark = pytest.mark.filterwarnings("error::onnx_mini.optimize.OptimizationWarning")
 FUSED = (FUSED_DOMAIN, "MatMulIntegerScaled")
+CENTRED = (FUSED_DOMAIN, "DynamicQuantizeCentred")      # the codes' DynamicQuantizeLinear, read by FUSED alone
 F32 = np.float32
 
 
@@ -181,7 +182,7 @@ def test_scale_product_read_elsewhere_stays():
     m = dynamic_int8_mlp(True)
     m.graph.output.append(helper.make_tensor_value_info("s0", TensorProto.FLOAT, None))
     x = {"x": np.random.default_rng(6).standard_normal((2, 48)).astype(F32)}
-    same_as_written(m, x, [("", "DynamicQuantizeLinear"), ("", "Mul"), FUSED, ("", "DynamicQuantizeLinear"), FUSED])
+    same_as_written(m, x, [CENTRED, ("", "Mul"), FUSED, CENTRED, FUSED])
 
 
 def test_not_fused_when_the_scale_is_fed():
@@ -235,7 +236,7 @@ def dynamic_int8_mlp(per_column: bool):
 @pytest.mark.parametrize("per_column", [False, True], ids=["per-tensor", "per-column"])
 def test_quantize_dynamic_style_model(per_column):
     m = dynamic_int8_mlp(per_column)
-    layer = [("", "DynamicQuantizeLinear"), FUSED]          # the scales' Mul taken in too
+    layer = [CENTRED, FUSED]          # the scales' Mul taken in too
     x = {"x": np.random.default_rng(5).standard_normal((9, 48)).astype(F32) * 3}
     y = same_as_written(m, x, layer + layer)
     names = [i.fused_from for i in onnx_mini.prepare(m).plan.infos if i.op_type == FUSED[1]]
@@ -270,7 +271,7 @@ def test_onnxruntime_quantize_dynamic_output(tmp_path, per_channel):
                                   per_channel=per_channel)
     q = onnx.load(str(dst))
     x = {"x": rng.standard_normal((5, 48)).astype(F32)}
-    layer = [("", "DynamicQuantizeLinear"), FUSED]
+    layer = [CENTRED, FUSED]
     y = same_as_written(q, x, layer + [("", "Relu")] + layer)
     w = {i.name: numpy_helper.to_array(i) for i in inits}
     ref = np.maximum(x["x"] @ w["W0"] + w["b0"], 0) @ w["W1"] + w["b1"]

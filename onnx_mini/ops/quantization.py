@@ -418,29 +418,56 @@ def dynamic_quantize_linear_11():
     def run(x):
         if x.dtype != _F32:
             raise InvalidValueError(f"x must be float32, got {x.dtype}")
-        lo = min(np.float32(0), x.min()) if x.size else np.float32(0)
-        hi = max(np.float32(0), x.max()) if x.size else np.float32(0)
-        scale = np.float32((hi - lo) / np.float32(255))
+        lo, hi, scale, zp = _dynamic_parameters(x)
         if scale == 0:      # x is all zeros (or empty): every value quantizes to 0 with zero point 0
-            zp = np.uint8(0)
             y = np.zeros(x.shape, _U8)
         else:
-            # saturate(round(-lo / scale)); Python's min/max: np.clip on a scalar costs ~4 us (a NaN,
-            # from an infinite x, passes through to the cast either way)
-            zp = np.uint8(min(max(np.rint(-lo / scale), 0), 255))
             y = _dynamic_quantize(x, scale, zp, lo, hi)
         return y, np.asarray(scale, _F32), np.asarray(zp, _U8)
     return run
 
 
+def _dynamic_parameters(x: np.ndarray):
+    """DynamicQuantizeLinear's (lo, hi, scale, zero point) of float32 x: the range widened to hold 0, the
+    scale (hi - lo) / 255, the zero point saturate(round(-lo / scale)) (0 where the scale is 0). Python's
+    min/max: np.clip on a scalar costs ~4 us (a NaN, from an infinite x, passes through to the cast)."""
+    lo = min(np.float32(0), x.min()) if x.size else np.float32(0)
+    hi = max(np.float32(0), x.max()) if x.size else np.float32(0)
+    scale = np.float32((hi - lo) / np.float32(255))
+    zp = np.uint8(0) if scale == 0 else np.uint8(min(max(np.rint(-lo / scale), 0), 255))
+    return lo, hi, scale, zp
+
+
+def _clip_free(lo, hi, scale, zp) -> bool:
+    """Whether round(x / scale) + zp lands in [0, 255] for every x in [lo, hi] (x / scale is monotone in
+    x: the usual case, zp being -round(lo / scale); only ties at both ends reach 256); NaN or infinite
+    bounds fail it."""
+    return np.rint(lo / scale) + int(zp) >= 0 and np.rint(hi / scale) + int(zp) <= 255
+
+
+def dynamic_quantize_centred(x: np.ndarray):
+    """DynamicQuantizeLinear(x)'s codes less their zero point, as float32, with its scale and zero point:
+    (round_half_even(x / scale), scale, zp) where no code needs the clip (round(x / scale) + zp is then
+    the code, so this is exactly code - zp; the rounding by the magic constant gives +0, as the integer
+    difference does, where np.rint would give -0); None otherwise (zeros, NaN, infinities, ties at both
+    ends: the caller runs the op). For products that would convert the codes back to float32 and centre
+    them (ops/contrib/quantized_matmul.py's DynamicQuantizeCentred)."""
+    lo, hi, scale, zp = _dynamic_parameters(x)
+    if scale == 0 or not np.isfinite(scale) or not _clip_free(lo, hi, scale, zp):
+        return None
+    q = as_array(np.divide(x, scale))     # 0-d: numpy gives a scalar
+    rounder = _ROUNDER[_F32][0]
+    q += rounder                          # |x / scale| <= 255.5: exact round half to even
+    q -= rounder
+    return q, scale, zp
+
+
 def _dynamic_quantize(x: np.ndarray, scale: np.float32, zp: np.uint8, lo: np.float32, hi: np.float32):
-    """saturate(round(x / scale) + zp) as uint8. x / scale is monotone in x, so when the bounds lo <= min(x)
-    and hi >= max(x) land in [0, 255] no element needs the clip (the usual case: zp is -round(lo / scale),
-    only ties at both ends reach 256); NaN or infinite bounds fail the test and take the full path.
-    Skipping the clip: 80 against 110 us on [1, 128, 1024] (a pass of 24 us; measured under load)."""
+    """saturate(round(x / scale) + zp) as uint8, without the clip where _clip_free proves it (NaN or
+    infinite bounds take the full path). Skipping the clip: 80 against 110 us on [1, 128, 1024] (a pass of 24 us; measured under load)."""
     q = as_array(np.divide(x, scale))     # 0-d: numpy gives a scalar
     y = np.empty(x.shape, _U8)
-    if np.rint(lo / scale) + int(zp) >= 0 and np.rint(hi / scale) + int(zp) <= 255:
+    if _clip_free(lo, hi, scale, zp):
         _round_into(q, y, np.asarray(zp), finite=True)      # the bounds are finite: no NaN in q
     else:
         _round_saturate_into(q, y, np.asarray(zp))

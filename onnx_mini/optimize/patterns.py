@@ -14,6 +14,9 @@
                  Cast reads), s a float32 per-tensor or per-column scale (when s = Mul(s1, s2) is read
                  there alone, that Mul too), bias a constant one
                                                          -> MatMulIntegerScaled(A, B, a_zp, b_zp, s1, s2[, bias])
+- int8 codes:    DynamicQuantizeLinear(x) -> (q, s, zp) with q read only as A of such MatMulIntegerScaled steps
+                 whose a_zp is zp                 -> DynamicQuantizeCentred(x) giving q - zp in float32,
+                                                     the steps marked centred=1
 
 Every intermediate must be read by the next node of the pattern alone (never a graph output or a
 subgraph capture); numeric constants must be scalars (0-d, or of a rank that cannot broadcast the
@@ -22,10 +25,11 @@ result to a larger shape) within 1e-4 of the expected value.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
-from ._context import Context
+from ._context import FUSED_DOMAIN, Context
 
 _ELEM = (7, 13, 14)           # Add / Sub / Mul / Div with numpy broadcasting
 _POW = (7, 12, 13, 15)
@@ -368,4 +372,22 @@ def _scale_of(ctx: Context, name: str, n: int, depth: int = 0) -> bool:
             and all(_scale_of(ctx, x, n, depth + 1) for x in p.inputs))
 
 
-RULES = (_silu, _gelu_erf, _gelu_tanh, _layer_norm, _attention, _int_product_tail)
+def _centred_codes(ctx: Context, dq) -> bool:
+    """After _int_product_tail: the products make the codes float32 and subtract the zero point again;
+    DynamicQuantizeCentred gives them so, without the uint8 array (ops/contrib/quantized_matmul.py)."""
+    if not ctx.is_op(dq, "DynamicQuantizeLinear", (11,)) or len(dq.outputs) < 3 or not all(dq.outputs):
+        return False
+    q, zp = dq.outputs[0], dq.outputs[2]
+    users = ctx.consumers.get(q, [])
+    if q in ctx.outputs or not users or any(
+            u.domain != FUSED_DOMAIN or u.op_type != "MatMulIntegerScaled" or u.attrs.get("centred")
+            or len(u.inputs) < 3 or u.inputs[0] != q or u.inputs[2] != zp or q in (*u.inputs[1:], *u.captures)
+            for u in users):
+        return False
+    for u in list(users):                       # one by one: each keeps its place in the order
+        ctx.replace([u], [replace(u, attrs={**u.attrs, "centred": 1})])
+    ctx.replace([dq], [ctx.fused_node(dq, "DynamicQuantizeCentred", dq.inputs, dq.outputs, {})])
+    return True
+
+
+RULES = (_silu, _gelu_erf, _gelu_tanh, _layer_norm, _attention, _int_product_tail, _centred_codes)
