@@ -14,6 +14,7 @@ import math
 import numpy as np
 import pytest
 
+from onnx_mini.errors import KernelError
 from onnx_mini.ops.ml import forest as forest_module
 
 from helpers import run_node
@@ -199,6 +200,30 @@ def test_classifier_matches_reference(walk, labels, transform, scoring, rows):
     assert got_labels.tolist() == [labels[i] for i in np.argmax(scores, axis=1)]
     expected = {"NONE": scores, "SOFTMAX": softmax(scores), "LOGISTIC": 1 / (1 + np.exp(-scores))}[transform]
     np.testing.assert_allclose(got_scores, expected.astype(np.float32), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("scoring", ["tree", "some"])
+def test_classifier_one_row_is_the_row_of_the_batch(scoring):
+    # one row of a shallow gradient-boosting-like forest ('tree': every class scored by its trees in
+    # order, Forest.row_sums; 'some': trees scoring nothing, scores()) with SOFTMAX: the batch's label and
+    # probabilities, float64 rounded once; too few features: the error names the feature read
+    k = 4
+    a = random_forest(11, 24, 3, ["BRANCH_LEQ", "BRANCH_GT"], k, scoring)
+    attrs = {key: v for key, v in a.items() if key.startswith("nodes_")}
+    attrs.update(class_treeids=a["w_treeids"], class_nodeids=a["w_nodeids"], class_ids=a["w_ids"],
+                 class_weights=a["w_weights"], base_values=[0.25, -0.5, 0.0, 0.125], post_transform="SOFTMAX",
+                 classlabels_int64s=[7, 3, 11, 5])
+    x = features(12, 30)
+    labels, probs = run_node("TreeEnsembleClassifier", 3, [x], 2, domain=ML, **attrs)
+    scores = reference_scores(a, x, k, "SUM") + attrs["base_values"]
+    for i in range(len(x)):
+        one_label, one = run_node("TreeEnsembleClassifier", 3, [x[i:i + 1]], 2, domain=ML, **attrs)
+        assert one_label.tolist() == [labels[i]] == [[7, 3, 11, 5][int(np.argmax(scores[i]))]]
+        np.testing.assert_allclose(one[0], softmax(scores[i:i + 1])[0].astype(np.float32), rtol=1.2e-7, atol=0)
+        np.testing.assert_allclose(one[0], probs[i], rtol=1e-6, atol=0)
+    top = max(a["nodes_featureids"])
+    with pytest.raises(KernelError, match=f"reads feature {top} but X has {top} features"):
+        run_node("TreeEnsembleClassifier", 3, [x[:1, :top]], 2, domain=ML, **attrs)
 
 
 def test_tree_ensemble_5_members_and_nan_every_walk(monkeypatch):

@@ -57,6 +57,9 @@ def test_tf_counts(min_n, max_n, skip, expected):
     assert_same(tfidf(x, **attrs), f32(expected))
     words = np.array([WORDS[t] for t in SEQ], dtype=object)
     assert_same(tfidf(words, strings=True, **attrs), f32(expected))
+    # one row is looked up by its items, a batch by ids and binary searches: the same counts
+    assert_same(tfidf(np.array([SEQ, SEQ], np.int64), **attrs), f32([expected, expected]))
+    assert_same(tfidf(np.array([words, words]), strings=True, **attrs), f32([expected, expected]))
 
 
 @pytest.mark.parametrize("tname", [p.values[1] for p in type_params("TfIdfVectorizer", [9], "T")])
@@ -179,8 +182,8 @@ def test_shared_output_slots_add_up():
 
 @pytest.mark.parametrize("mode", ["TF", "IDF", "TFIDF"])
 def test_one_row_is_the_row_of_the_batch(mode):
-    # batch 1 counts TF with bincount (a spare slot for the misses): alone, [L] or [1, L], a row gives
-    # what it gives inside a batch; 9 is in no pool n-gram, the last row matches nothing
+    # batch 1 looks n-grams up by their items and adds the misses in a spare slot: alone, [L] or [1, L],
+    # a row gives what it gives inside a batch; 9 is in no pool n-gram, the last row matches nothing
     x = np.array([SEQ, [3, 1, 2, 9, 1, 3, 3], [9, 9, 9, 9, 9, 9, 9]], np.int64)
     attrs = dict(min_gram_length=1, max_gram_length=3, max_skip_count=1, ngram_indexes=[0, 0, 1, 2, 3, 4],
                  weights=WEIGHTS, mode=mode)
@@ -191,3 +194,16 @@ def test_one_row_is_the_row_of_the_batch(mode):
         assert_same(tfidf(x[i], **attrs), batch[i])
         words = np.array([WORDS[t] for t in x[i]], dtype=object)
         assert_same(tfidf(words, strings=True, **attrs), batch[i])
+
+
+@pytest.mark.parametrize("strings", [False, True])
+def test_a_pool_ngram_listed_twice_counts_at_its_first_place(strings):
+    # the pool lists 1 and (1, 2) twice each: every occurrence counts at the first listing's output slot
+    pool, counts = [1, 3, 1, 1, 2, 1, 2], [0, 3]
+    attrs = dict(pool=pool, strings=strings, ngram_counts=counts, ngram_indexes=[0, 1, 2, 3, 4],
+                 min_gram_length=1, max_gram_length=2)
+    seq = [WORDS[t] for t in SEQ] if strings else SEQ
+    x = np.array(seq, dtype=object if strings else np.int64)
+    expected = [3, 2, 0, 2, 0]             # 1 three times, 3 twice, (1, 2) twice
+    assert_same(tfidf(x, **attrs), f32(expected))
+    assert_same(tfidf(np.array([seq, seq], dtype=x.dtype), **attrs), f32([expected, expected]))

@@ -7,6 +7,7 @@
 - class labels (classlabels_int64s / classlabels_ints / classlabels_strings): class_labels, and
   the labels of argmax indices: label_picker
 - the input as a [N, F] matrix in the type the math runs in: features_2d
+- one row's top class and SOFTMAX on Python floats (batch 1): row_top_softmax
 """
 from __future__ import annotations
 
@@ -90,6 +91,25 @@ def _softmax_zero(s: np.ndarray) -> np.ndarray:
     e = np.where(nonzero, np.exp(s - np.where(np.isfinite(top), top, 0)), 0)
     total = e.sum(axis=1, keepdims=True)
     return e / np.where(total == 0, 1, total)
+
+
+# One row of at most this many scores: its top class and SOFTMAX on Python floats (row_top_softmax),
+# not numpy calls: argmax, softmax and float32 result of 3 scores 4.2 vs 8.5 us, 16 7.3 vs 8.4, 32 6.8
+# vs 5.5 (CPU time per call, under load)
+ROW_SCORES = 16
+
+
+def row_top_softmax(v: list) -> tuple[int, np.ndarray] | None:
+    """One row's scores v (Python floats, at most ROW_SCORES): (the index of its first largest score,
+    as argmax; its SOFTMAX, computed in float64 and rounded once, as float32 [1, K]), or None when a
+    score is NaN or the largest is infinite (then numpy's path decides)."""
+    top = max(v)
+    e = [math.exp(a - top) for a in v]
+    total = sum(e)                   # NaN when a score is NaN or top is infinite (inf - inf)
+    if not math.isfinite(total):
+        return None
+    # (a flat list and a reshape: ~0.5 us less than the nested list's type discovery)
+    return v.index(top), np.array([a / total for a in e], np.float32).reshape(1, -1)
 
 
 def post_transform(name: str, scores: np.ndarray) -> np.ndarray:

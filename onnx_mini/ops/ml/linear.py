@@ -9,7 +9,8 @@ import numpy as np
 
 from ...errors import InvalidValueError
 from ...registry import kernel
-from ._common import binary_scores, class_labels, features_2d, label_picker, transform_name
+from ._common import ROW_SCORES, binary_scores, class_labels, features_2d, label_picker, row_top_softmax
+from ._common import transform_name
 from ._common import post_transform as apply_transform
 
 ML = "ai.onnx.ml"
@@ -49,7 +50,9 @@ def _linear_scores(coefficients: np.ndarray, intercepts, rows: int | None):
                 raise InvalidValueError(f"X has {f} features per sample (shape {list(x.shape)}) but there are "
                                         f"{coef64.size} coefficients" + (f" for {rows} rows" if rows else ""))
             made = (coef64.reshape(e, f).T.astype(xf.dtype), None if icpt is None else icpt.astype(xf.dtype), None)
-        s = xf @ (made[2].T if made[2] is not None and xf.shape[0] == 1 else made[0])
+        # np.dot: for 2-D arrays the product @ computes, with less dispatch (a [1, 20] row by [20, 3]:
+        # 1.3 vs 2.0 us of CPU time, under load)
+        s = np.dot(xf, made[2].T if made[2] is not None and xf.shape[0] == 1 else made[0])
         if made[1] is not None:
             s += made[1]
         return s
@@ -88,9 +91,14 @@ def linear_classifier_1(*, classlabels_ints=None, classlabels_strings=None, coef
         negative, positive = (("0", "1") if labels.dtype == object else (0, 1))
     pair = np.array([negative, positive], dtype=labels.dtype)
     pick = label_picker(labels)
+    by_row = transform == "SOFTMAX" and 2 <= len(labels) <= ROW_SCORES
 
     def run(x):
         s = scores(x)
+        if by_row and s.shape == (1, len(labels)):      # batch 1 (_common.ROW_SCORES)
+            found = row_top_softmax(s.tolist()[0])
+            if found is not None:
+                return labels[found[0]:found[0] + 1].copy(), found[1]
         if s.shape[1] == 1:   # one score: the second class when positive
             y = pair.take((s[:, 0] > 0).view(np.int8))
             if len(labels) == 2:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...registry import kernel
-from ._common import binary_scores, class_labels, features_2d, label_picker, transform_name
+from ._common import ROW_SCORES, binary_scores, class_labels, features_2d, label_picker, row_top_softmax
+from ._common import transform_name
 from ._common import post_transform as apply_transform
 from .forest import AGGREGATES, LEAF, MEMBER, MODE_NAMES, Forest
 
@@ -222,9 +223,19 @@ def _tree_classifier(*, base_values, class_ids, class_nodeids, class_treeids, cl
         return run_binary
     base = _base(base, k)
     pick = label_picker(labels)
+    by_row = transform == "SOFTMAX" and 2 <= k <= ROW_SCORES
+    base_list = base.tolist()
 
     def run(x):
-        scores = forest.scores(features_2d(x), "SUM")
+        x = features_2d(x)
+        if by_row and len(x) == 1:             # batch 1 (_common.ROW_SCORES), base added in float64 too
+            sums = forest.row_sums(x)
+            if sums is None:
+                sums = forest.scores(x, "SUM").tolist()[0]
+            found = row_top_softmax([s + b for s, b in zip(sums, base_list)])
+            if found is not None:
+                return labels[found[0]:found[0] + 1].copy(), found[1]
+        scores = forest.scores(x, "SUM")
         scores += base
         top = scores.argmax(axis=1) if k else np.zeros(len(scores), np.int64)
         return pick(top), apply_transform(transform, scores).astype(np.float32)
