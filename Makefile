@@ -29,6 +29,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_trees.py
 	$(PY) benchmarks/bench_suite.py
 	$(PY) benchmarks/bench_apps.py
+	$(PY) benchmarks/bench_floors.py
 
 ops: $(STAMP)
 	$(PY) -m onnx_mini.cli ops
