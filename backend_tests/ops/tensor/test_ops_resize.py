@@ -289,3 +289,80 @@ def test_axes_are_resized_in_the_cheapest_order():
     assert _cheapest_order((1, 32, 64, 64), axes, [2, 3], [1, 32, 128, 32]) == (3, 2)
     assert _cheapest_order((1, 32, 64, 64), axes, [2, 3], [1, 32, 16, 80]) == (2, 3)
     assert _cheapest_order((1, 32, 64, 64), axes, [3], [1, 32, 64, 128]) == [3]
+
+
+# -- integer-factor upsampling (resize._apply_periodic) ---------------------------------------------
+
+@pytest.mark.parametrize("mode, nearest_mode", MODES)
+@pytest.mark.parametrize("exclude_outside, antialias", [(0, 0), (1, 0), (0, 1)])
+def test_integer_factor_upsample_against_the_slow_reference(mode, nearest_mode, exclude_outside, antialias,
+                                                            monkeypatch):
+    """Factors 2 and 3 on the last axis, which take the periodic-taps path where the taps repeat
+    (antialias: one resized axis only, the reference's wide filter is slow)."""
+    from onnx_mini.ops.tensor import resize
+    calls, periodic = [], resize._apply_periodic
+    monkeypatch.setattr(resize, "_apply_periodic", lambda *a: calls.append(a[2]) or periodic(*a))
+    x = (np.arange(1, 1 + 2 * 3 * 5, dtype=np.float32).reshape(1, 2, 3, 5) ** 1.3) * np.where(
+        np.arange(5) % 2, -1, 1).astype(np.float32)
+    for coord in COORDS[19]:
+        if antialias and coord == "tf_crop_and_resize":   # (the reference filters every axis: minutes)
+            continue
+        roi = ROI if coord == "tf_crop_and_resize" else None
+        for sc in ([1, 1, 2, 2], [1, 1, 1, 3]) if not antialias else ([1, 1, 1, 3],):
+            sc = np.array(sc, dtype=np.float32)
+            attrs = {"mode": mode, "coordinate_transformation_mode": coord, "exclude_outside": exclude_outside}
+            if nearest_mode:
+                attrs["nearest_mode"] = nearest_mode
+            if mode != "nearest":
+                attrs["antialias"] = antialias
+            got = run_resize(19, x, roi=roi, scales=sc, **attrs)
+            roi_v = roi.astype(np.float64) if roi is not None else np.array([0, 0, 0, 0, 1, 1, 1, 1.0])
+            out_f = np.array(x.shape) * (roi_v[4:] - roi_v[:4]) * sc.astype(np.float64)
+            exp = ref_resize(x, tuple(int(math.floor(v)) for v in out_f), sc.astype(np.float64), out_f, mode=mode,
+                             coord=coord, nearest_mode=nearest_mode or "round_prefer_floor",
+                             exclude_outside=exclude_outside, antialias=antialias if mode != "nearest" else 0,
+                             roi=roi_v if roi is not None else None)
+            np.testing.assert_allclose(got, exp, rtol=1e-5, atol=1e-5, err_msg=f"{mode} {coord} {sc}")
+    if mode == "nearest" or not exclude_outside:    # (renormalised edge weights do not repeat)
+        assert 3 in calls and (antialias or 2 in calls)     # the factors went by the periodic path
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("coord", ["half_pixel", "asymmetric", "pytorch_half_pixel", "tf_half_pixel_for_nn"])
+@pytest.mark.parametrize("f", [2, 3, 4])
+def test_periodic_taps_give_the_bits_of_the_gathers(mode, coord, f):
+    """Integer-factor taps repeat with period f; the sliced path then sums the same float32
+    products in the same order as one gather per tap (written out here), so the bits agree."""
+    from onnx_mini.ops.tensor import resize
+    cfg = resize._Config(mode, coord, "round_prefer_floor", -0.75, 0, 0.0, 0, None, "stretch",
+                         resize._COORD_MODES)
+    n = 7
+    xo = resize._original_coords(cfg, n * f, n, float(f), float(n * f), 0.0, 1.0)
+    idx, w = resize._taps(cfg, xo, n, float(f))
+    wt = None if w is None else w.astype(np.float32)
+    period = resize._periodic_taps(idx, wt, n)
+    assert period is not None and period[0] == f
+    x = np.random.default_rng(f).standard_normal((2, 3, n)).astype(np.float32) * 10
+    got = resize._apply_periodic(x, 2, *period)
+    if wt is None:
+        exp = x[..., idx[:, 0]]
+    else:
+        exp = x[..., idx[:, 0]] * wt[:, 0]
+        for k in range(1, idx.shape[1]):
+            if wt[:, k].any():
+                exp = exp + x[..., idx[:, k]] * wt[:, k]
+    assert got.dtype == x.dtype and got.shape == (2, 3, n * f)
+    np.testing.assert_array_equal(got.view(np.uint32), exp.view(np.uint32))
+
+
+def test_taps_that_do_not_repeat_keep_the_gathers():
+    """align_corners at 2x (x_original = i * (n - 1) / (2n - 1)) and a non-integer factor."""
+    from onnx_mini.ops.tensor import resize
+    cfg = resize._Config("linear", "align_corners", "round_prefer_floor", -0.75, 0, 0.0, 0, None, "stretch",
+                         resize._COORD_MODES)
+    idx, w = resize._taps(cfg, resize._original_coords(cfg, 16, 8, 2.0, 16.0, 0.0, 1.0), 8, 2.0)
+    assert resize._periodic_taps(idx, w.astype(np.float32), 8) is None
+    cfg = resize._Config("linear", "half_pixel", "round_prefer_floor", -0.75, 0, 0.0, 0, None, "stretch",
+                         resize._COORD_MODES)
+    idx, w = resize._taps(cfg, resize._original_coords(cfg, 12, 8, 1.5, 12.0, 0.0, 1.0), 8, 1.5)
+    assert resize._periodic_taps(idx, w.astype(np.float32), 8) is None
