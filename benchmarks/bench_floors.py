@@ -3,18 +3,17 @@
     .venv/bin/python benchmarks/bench_floors.py                       # mobilenet_qdq/qop, bert_dynint8, decoder_int4
     .venv/bin/python benchmarks/bench_floors.py --only decoder_int4
 
-For each model (benchmarks/app_models.py), one run of onnx_mini with optimize=False records the inputs
+For each model (benchmarks/app_models.py; "suite:" cases: bench_suite's built float models), one run of onnx_mini with optimize=False records the inputs
 of every product node (Conv, QLinearConv, ConvInteger, Gemm, QGemm, MatMul, MatMulInteger, MatMulNBits,
 QLinearMatMul); the floor is then the least numpy can do for those products in float32, run back to
 back in graph order (so weights stream through the caches as in a real run):
 - a Conv of one group: one matrix product W [M, C*kh*kw] x columns [C*kh*kw, OH*OW], the columns made
   beforehand (their copy not counted);
-- a depthwise Conv: per tap a multiply and an add over the output, on taps laid out beforehand;
+- a depthwise Conv: nothing (no matrix product; how few passes numpy could make it in is open);
 - a product node: a float32 matrix product of its shapes (MatMulNBits: float32 weights [K, N], what a
   numpy runtime holds for 4-bit weights: numpy has no packed low-bit product).
 Products go through onnx_mini.blas.matmul inside blas.during_run (OpenBLAS's threads, or split over
-two threads on a busy machine, as a run does); the depthwise passes run on numpy's one thread (two
-threads could at best halve that part).
+two threads on a busy machine, as a run does).
 Everything else a model does (quantization, activations, copies, attention's softmax) is left out,
 so the floor is a lower bound of any numpy runtime on this machine; where it alone exceeds 2x
 onnxruntime's whole run, issue 22's 2.0x bar cannot be reached in numpy for that model.
@@ -26,7 +25,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -34,12 +32,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_core as core  # noqa: E402  (first: sets ONNX_MINI_MALLOC=tuned before onnx_mini loads)
 import app_models  # noqa: E402
+import models  # noqa: E402
 from bench_apps import time_block  # noqa: E402
 
 import onnx_mini  # noqa: E402
 from onnx_mini import blas  # noqa: E402
 
-CASES = ("mobilenet_qdq", "mobilenet_qop", "bert_dynint8", "decoder_int4")
+CASES = ("mobilenet_qdq", "mobilenet_qop", "bert_dynint8", "decoder_int4", "suite:mobilenet", "suite:unet")
 PRODUCTS = {"Conv", "QLinearConv", "ConvInteger", "Gemm", "QGemm", "MatMul", "MatMulInteger", "MatMulNBits",
             "QLinearMatMul", "FusedMatMul", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"}
 BLOCKS, CALLS = 7, 20
@@ -63,7 +62,7 @@ def _record(app) -> list[tuple[str, str, list[np.ndarray]]]:
 
 
 def _conv_floor(rng, x, w, attrs):
-    """A function doing numpy's least work for this convolution (see the module's docstring)."""
+    """A function making this convolution's matrix product(s), or None for a depthwise one."""
     n, c = x.shape[:2]
     m, cg = w.shape[:2]
     k = w.shape[2:]
@@ -82,17 +81,7 @@ def _conv_floor(rng, x, w, attrs):
         cols = rng.standard_normal((n, cg * taps, p)).astype(np.float32)
         return lambda: [blas.matmul(wm, cols[i]) for i in range(n)]
     if group == c and m == c:
-        tap_arrays = rng.standard_normal((taps, n, c, p)).astype(np.float32)
-        wt = rng.standard_normal((taps, c, 1)).astype(np.float32)
-        acc = np.empty((n, c, p), np.float32)
-        tmp = np.empty_like(acc)
-
-        def depthwise():
-            np.multiply(tap_arrays[0], wt[0], out=acc)
-            for t in range(1, taps):
-                np.multiply(tap_arrays[t], wt[t], out=tmp)
-                acc += tmp
-        return depthwise
+        return None             # depthwise: left out (no product; its passes' least cost is not clear-cut)
     mg = m // group
     wm = rng.standard_normal((group, mg, cg * taps)).astype(np.float32)
     cols = rng.standard_normal((n, group, cg * taps, p)).astype(np.float32)
@@ -127,7 +116,9 @@ def floor_fn(app, seen):
         at = attrs.get(name, {})
         if op in ("Conv", "QLinearConv", "ConvInteger"):
             x, w = (inputs[0], inputs[3]) if op == "QLinearConv" else (inputs[0], inputs[1])
-            fns.append(_conv_floor(rng, x, w, at))
+            f = _conv_floor(rng, x, w, at)
+            if f is not None:
+                fns.append(f)
         else:
             fns.append(_product_floor(rng, op, inputs, at))
 
@@ -136,6 +127,14 @@ def floor_fn(app, seen):
             for f in fns:
                 f()
     return run
+
+
+def _build(name: str):
+    """An app_models.App; "suite:<name>": bench_suite's built model (benchmarks/models.py), one run a call."""
+    if name.startswith("suite:"):
+        model, feeds = models.BUILDERS[name[6:]]()
+        return app_models.App(name, models.DESCRIPTIONS[name[6:]], model, feeds)
+    return app_models.BUILDERS[name]()
 
 
 def main(argv=None) -> int:
@@ -150,7 +149,7 @@ def main(argv=None) -> int:
     for name in CASES:
         if args.only and not any(o in name for o in args.only):
             continue
-        app = app_models.BUILDERS[name]()
+        app = _build(name)
         seen = _record(app)
         runners = {"onnx_mini": core.Runner("onnx_mini", app.model),
                    "onnxruntime": core.Runner("onnxruntime", app.model, intra_op_num_threads=2)}
