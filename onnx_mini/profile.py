@@ -383,7 +383,7 @@ def profile(model, feeds, runs: int = 10, *, warmup: int = 1, optimize: bool = T
     total = warmup + runs
     for r in range(total):
         recorder.start(r - warmup if r >= warmup else None)
-        with run_scope.running(prepared.threads):
+        with run_scope.running(prepared.threads, plan.uses_blas, prepared.max_tensor_bytes):   # as run() does
             execute(plan, recorder.bind(feeds), recorder.hook)
         recorder.finish()
         if progress is not None:

@@ -301,7 +301,8 @@ def test_overlapping_runs_and_blocks_from_threads_restore_the_count(monkeypatch,
 
 
 def test_run_services_import_no_cycle():
-    """parallel imports no onnx_mini module, blas only parallel, memory none; run_scope ties them."""
+    """parallel imports no onnx_mini module, blas only parallel, memory none; run_scope ties them
+    (with dtypes' model limits, a leaf)."""
     import ast
     import pathlib
 
@@ -319,7 +320,7 @@ def test_run_services_import_no_cycle():
     assert imported(parallel) == set()
     assert imported(blas) == {"parallel"}
     assert imported(memory) == set()
-    assert imported(run_scope) == {"blas", "memory", "parallel"}
+    assert imported(run_scope) == {"blas", "dtypes", "memory", "parallel"}
 
 
 def _watch_blas_mode(monkeypatch) -> list:
@@ -409,3 +410,43 @@ def test_a_run_sets_its_thread_cap_only_when_it_changes():
     finally:
         parallel.uncap(outer)
     assert parallel.threads() == parallel.THREADS
+
+
+def test_run_scope_puts_the_model_limit_in_force_and_undoes_all_on_a_bad_one(monkeypatch):
+    from onnx_mini import dtypes
+    calls = []
+    monkeypatch.setattr(blas, "start_run", lambda: calls.append("start") or True)
+    monkeypatch.setattr(blas, "end_run", lambda: calls.append("end"))
+    scope = run_scope.enter(2, True, 1000)
+    try:
+        assert dtypes._model_max_tensor_bytes.get() == 1000 and parallel._cap.get() == 2
+    finally:
+        run_scope.leave(scope)
+    assert dtypes._model_max_tensor_bytes.get() is None and parallel._cap.get() is None
+    assert calls == ["start", "end"]
+    with pytest.raises(ValueError):                          # a limit <= 0: BLAS mode and cap undone
+        run_scope.enter(2, True, 0)
+    assert calls == ["start", "end", "start", "end"] and parallel._cap.get() is None
+    with run_scope.running(None, False, 500):
+        assert dtypes._model_max_tensor_bytes.get() == 500
+    assert dtypes._model_max_tensor_bytes.get() is None and calls[-1] == "end"
+
+
+
+def test_a_small_run_inside_a_capped_limited_one_still_lifts_cap_and_limit():
+    """enter()'s nothing-to-do path is taken only when no cap and no limit are in force."""
+    from onnx_mini import dtypes
+    outer = run_scope.enter(1, False, 1000)
+    try:
+        inner = run_scope.enter(None, False, None)           # a nested model: no cap, no limit of its own
+        try:
+            assert parallel._cap.get() is None and dtypes._model_max_tensor_bytes.get() is None
+        finally:
+            run_scope.leave(inner)
+        assert parallel._cap.get() == 1 and dtypes._model_max_tensor_bytes.get() == 1000
+    finally:
+        run_scope.leave(outer)
+    assert parallel._cap.get() is None and dtypes._model_max_tensor_bytes.get() is None
+    scope = run_scope.enter(None, False, None)               # nothing in force: nothing set
+    assert parallel._cap.get() is None and dtypes._model_max_tensor_bytes.get() is None
+    run_scope.leave(scope)

@@ -620,3 +620,25 @@ def test_fixed_shape_inputs_pass_their_quick_check_and_keep_every_error():
         prepared.run([a.astype(np.float64), np.array(4, np.int64)])
     (out,) = prepared.run([a.tolist(), 4])              # Python values still convert
     assert np.array_equal(out, a)
+
+
+def test_short_run_path_keeps_limits_hooks_and_read_only_inputs():
+    """PreparedModel.run's short path (one plan, no hook): the model's size limit in force, the
+    caller's array left writeable; a hooked run still reports its steps."""
+    from onnx_mini.errors import OnnxMiniError
+    g = helper.make_graph([helper.make_node("Tile", ["X", "R"], ["Y"])], "g",
+                          [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 2]),
+                           helper.make_tensor_value_info("R", TensorProto.INT64, [2])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    rep = onnx_mini.prepare(model, max_tensor_bytes=64)
+    assert rep._plain
+    x = np.array([[1.0, 2.0]], np.float32)
+    y = rep.run({"X": x, "R": np.array([2, 1], np.int64)})[0]
+    np.testing.assert_array_equal(y, [[1, 2], [1, 2]])
+    assert x.flags.writeable                                 # the caller's array untouched
+    with pytest.raises(OnnxMiniError, match="max_tensor_bytes|limit"):   # 32 floats = 128 bytes > 64
+        rep.run({"X": x, "R": np.array([16, 1], np.int64)})
+    seen = []
+    rep.run({"X": x, "R": np.array([1, 1], np.int64)}, hook=lambda info, i, o: seen.append(info.op_type))
+    assert seen == ["Tile"]

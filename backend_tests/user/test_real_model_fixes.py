@@ -227,6 +227,23 @@ def test_string_input_shapes_and_lists_are_converted_too():
     assert prepared.run([np.empty((0, 2), dtype=object)])[0].shape == (0, 2)
 
 
+
+def test_one_text_of_a_declared_shape_is_checked_as_a_longer_one():
+    # [None, 1], as a text classifier declares it: a single element takes a shorter check than the set
+    prepared = onnx_mini.prepare(model([helper.make_node("Identity", ["x"], ["y"])], [("x", S, [None, 1])],
+                                       [("y", S, None)], opset=13))
+    x = np.array([["a"]], dtype=object)
+    y = prepared.run({"x": x})[0]
+    assert y.tolist() == [["a"]] and y[0, 0] is x[0, 0] and not y.flags.writeable and x.flags.writeable
+    for value, text in [(5, "5"), (None, "None"), (np.str_("b"), "b"), (b"c", "c")]:
+        one = np.empty((1, 1), dtype=object)
+        one[0, 0] = value
+        out = prepared.run({"x": one})[0]
+        assert out.tolist() == [[text]] and type(out[0, 0]) is str and one[0, 0] is value
+    assert prepared.run({"x": np.array([["a"], [7]], dtype=object)})[0].tolist() == [["a"], ["7"]]
+    with pytest.raises(InputError, match="dimension 1 must be 1"):
+        prepared.run({"x": np.array([["a", "b"]], dtype=object)})
+
 def test_bytes_elements_are_decoded_as_onnx_strings():
     # UTF-8 bytes are the ONNX string itself (onnxruntime would store "b'...'", which no model's keys
     # match); bytes that are not UTF-8 stay bytes, as in the model's own string tensors
