@@ -94,7 +94,7 @@ def _product_floor(rng, op, inputs, attrs):
     if op == "MatMulNBits":
         k_, n_ = int(attrs["K"]), int(attrs["N"])
         b_shape = (k_, n_)
-    elif op in ("QLinearMatMul",):
+    elif op in ("QLinearMatMul", "QGemm"):       # (A, a_scale, a_zero_point, B, ...)
         b_shape = inputs[3].shape
     else:
         b_shape = inputs[1].shape
