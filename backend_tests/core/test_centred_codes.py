@@ -18,6 +18,7 @@ pytestmark = pytest.mark.filterwarnings("error::onnx_mini.optimize.OptimizationW
 F32 = np.float32
 FUSED = (FUSED_DOMAIN, "MatMulIntegerScaled")
 CENTRED = (FUSED_DOMAIN, "DynamicQuantizeCentred")
+GROUP = (FUSED_DOMAIN, "MatMulIntegerScaledGroup")     # products sharing the codes, as one (patterns.py)
 DQL = ("", "DynamicQuantizeLinear")
 
 
@@ -118,7 +119,7 @@ X = {"normal": np.random.default_rng(1).standard_normal((2, 5, 300)).astype(F32)
 def test_shared_codes_bit_identical(name):
     """Two products read the codes (the Q/K/V case); x_scale read by both scales' Muls."""
     with np.errstate(invalid="ignore"):
-        bit_identical(layer(), X[name], [CENTRED, FUSED, FUSED])
+        bit_identical(layer(), X[name], [CENTRED, GROUP])
 
 
 def test_scale_and_zero_point_outputs_still_given():
@@ -151,6 +152,6 @@ def test_rule_disabled_leaves_the_quantize():
     full = patterns.RULES
     try:
         patterns.RULES = tuple(r for r in full if r.__name__ != "_centred_codes")
-        assert [(i.domain, i.op_type) for i in onnx_mini.prepare(layer()).plan.infos] == [DQL, FUSED, FUSED]
+        assert [(i.domain, i.op_type) for i in onnx_mini.prepare(layer()).plan.infos] == [DQL, GROUP]
     finally:
         patterns.RULES = full

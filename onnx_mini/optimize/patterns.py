@@ -17,6 +17,8 @@
 - int8 codes:    DynamicQuantizeLinear(x) -> (q, s, zp) with q read only as A of such MatMulIntegerScaled steps
                  whose a_zp is zp                 -> DynamicQuantizeCentred(x) giving q - zp in float32,
                                                      the steps marked centred=1
+- int8 siblings: MatMulIntegerScaled steps with the same A and a_zp, constant Bs of one K and type whose
+                 joint product stays exact in float32           -> MatMulIntegerScaledGroup (one output each)
 
 Every intermediate must be read by the next node of the pattern alone (never a graph output or a
 subgraph capture); numeric constants must be scalars (0-d, or of a rank that cannot broadcast the
@@ -29,7 +31,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ._context import FUSED_DOMAIN, Context
+from ._context import FUSED_DOMAIN, Context, written_nodes
 
 _ELEM = (7, 13, 14)           # Add / Sub / Mul / Div with numpy broadcasting
 _POW = (7, 12, 13, 15)
@@ -390,4 +392,62 @@ def _centred_codes(ctx: Context, dq) -> bool:
     return True
 
 
-RULES = (_silu, _gelu_erf, _gelu_tanh, _layer_norm, _attention, _int_product_tail, _centred_codes)
+def _int_product_siblings(ctx: Context, first) -> bool:
+    """After _centred_codes: MatMulIntegerScaled steps reading the same A and a_zp (a layer's Q, K, V)
+    -> one MatMulIntegerScaledGroup step multiplying A once by their Bs side by side, where that product's
+    sums stay exact in float32 (K * 255 * the largest measured |B - b_zp| <= 2^24: bit for bit each own
+    product). It takes the place of the first step, so every other input must be there before it."""
+    head = _sibling(ctx, first, None, None)
+    if head is None:
+        return False
+    order = {id(n): i for i, n in enumerate(ctx.nodes)}
+    start = order[id(first)]
+    group, bounds = [first], [head[2]]
+    a, a_zp = first.inputs[0], first.inputs[2]
+    for u in sorted({id(u): u for u in ctx.consumers.get(a, [])}.values(), key=lambda n: order[id(n)]):
+        if order[id(u)] <= start:
+            continue
+        got = _sibling(ctx, u, first, head)
+        if got is not None and all(not x or ctx.is_constant(x) or ctx.producer.get(x) is None
+                                   or order[id(ctx.producer[x])] < start for x in u.inputs[4:]):
+            group.append(u)
+            bounds.append(got[2])
+    if len(group) < 2 or head[0] * 255 * max(bounds) > 1 << 24:
+        return False
+    inputs = [a, a_zp]
+    for u in group:
+        ins = [*u.inputs, "", ""][:7]
+        inputs += [ins[1], ins[3], *ins[4:7]]
+    attrs = {"centred": 1} if first.attrs.get("centred") else {}
+    fused = ctx.fused_node(first, "MatMulIntegerScaledGroup", inputs, [u.outputs[0] for u in group], attrs)
+    ctx.replace([first], [replace(fused, fused_from=written_nodes(group))])   # at the first step's place
+    ctx.replace(group[1:], [])
+    return True
+
+
+def _sibling(ctx: Context, u, first, head):
+    """(K, B's type, max |B - b_zp|) of a MatMulIntegerScaled step with a constant 2-D 8-bit B and a constant
+    or absent zero point of its type (per tensor or per column); when `first` is given, one reading its A and
+    a_zp, as centred as it, with a B of head's K and type. None otherwise."""
+    if u.domain != FUSED_DOMAIN or u.op_type != "MatMulIntegerScaled" or u.captures or len(u.outputs) != 1 \
+            or not u.outputs[0] or not 5 <= len(u.inputs) <= 7 or not u.inputs[0]:
+        return None
+    if first is not None and (u.inputs[0] != first.inputs[0] or u.inputs[2] != first.inputs[2]
+                              or bool(u.attrs.get("centred")) != bool(first.attrs.get("centred"))):
+        return None
+    b = ctx.value(u.inputs[1]) if ctx.is_constant(u.inputs[1]) else None
+    if not isinstance(b, np.ndarray) or b.ndim != 2 or b.dtype.kind not in "iu" or b.dtype.itemsize != 1:
+        return None
+    zp = None
+    if u.inputs[3]:
+        zp = ctx.value(u.inputs[3]) if ctx.is_constant(u.inputs[3]) else None
+        if not isinstance(zp, np.ndarray) or zp.dtype != b.dtype or not (zp.size == 1 or zp.shape == (b.shape[1],)):
+            return None
+    if head is not None and (b.shape[0], b.dtype) != head[:2]:
+        return None
+    offsets = b.astype(np.int64) - (0 if zp is None else zp.reshape(-1).astype(np.int64))
+    return b.shape[0], b.dtype, int(np.abs(offsets).max(initial=0))
+
+
+RULES = (_silu, _gelu_erf, _gelu_tanh, _layer_norm, _attention, _int_product_tail, _centred_codes,
+         _int_product_siblings)
