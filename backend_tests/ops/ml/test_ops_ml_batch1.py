@@ -6,6 +6,8 @@ exps of float32 scores). Also: a wide row's LinearClassifier product (W [E, F]) 
 returned as the argmax itself. (The tree ensembles' one-row walk: test_ops_ml_forest.py.)"""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -123,3 +125,30 @@ def test_softmax_one_row_with_nan_and_infinities_is_the_row_of_the_batch(classes
             else:
                 np.testing.assert_array_equal(one[0], probs[i])
             assert one_label.tolist() == [labels[i]]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_linear_classifier_one_row_adds_the_intercepts_in_the_compute_type(dtype):
+    # one row's intercepts are added on Python floats: a float32 X's scores must be the float32 sums
+    # (1000 + float32(0.1) is 1000.1000366 in float32, 1000.1000000015 in float64), a double X's the
+    # float64 ones; its SOFTMAX is then those scores' in float64, rounded once to float32
+    coefficients = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0]                          # 3 classes x 2 features
+    intercepts = [0.1, -0.3, 0.7]
+    x = np.array([[1000.0, 1.0], [3.0, -2.0], [-1e30, 5.0], [np.nan, 1.0], [np.inf, 0.0]], dtype)
+    args = dict(domain=ML, n_outputs=2, classlabels_ints=[0, 1, 2], coefficients=coefficients,
+                intercepts=intercepts, post_transform="SOFTMAX")
+    with np.errstate(all="ignore"):
+        products = np.stack([x[:, 0], x[:, 1], x[:, 0] + x[:, 1]], axis=1)      # exact for these rows
+        # (float attributes are float32: a double X adds float32(0.1) in float64)
+        scores = products + np.array(intercepts, np.float32).astype(dtype)       # rounded in X's type
+        batch_labels, batch = run_node("LinearClassifier", 1, [x], **args)
+        for i in range(len(x)):
+            label, probs = run_node("LinearClassifier", 1, [x[i:i + 1]], **args)
+            v = scores[i].tolist()
+            if all(np.isfinite(v)):
+                e = [math.exp(a - max(v)) for a in v]
+                np.testing.assert_array_equal(probs[0], np.float32([a / sum(e) for a in e]))
+                assert label.tolist() == [int(np.argmax(v))]
+            else:               # a NaN or infinite score: numpy's path, the batch's bits
+                np.testing.assert_array_equal(probs[0], batch[i])
+                assert label.tolist() == [batch_labels[i]]

@@ -17,6 +17,9 @@ from .._common import as_array, float_to
 from .encoders import ML, Lookup, exactly_one, tname
 
 
+_F32 = np.dtype(np.float32)      # (a native float32 array's dtype is this object: `is` tests it in ~30 ns, == ~90)
+
+
 def _float(x: np.ndarray) -> np.ndarray:
     """x as the float type the computation runs in: float32 stays, anything else goes to float64."""
     return x if x.dtype == np.float32 else x.astype(np.float64)
@@ -122,12 +125,13 @@ def normalizer_1(*, norm="MAX"):
              "L2": lambda v: np.sqrt(np.matmul(v[..., None, :], v[..., :, None]).reshape(()))}[norm]
 
     def run(x):
-        v = _float(x)
+        v = x if x.dtype is _F32 else _float(x)
         if v.size == 0:
             return v.astype(np.float32)
         if v.ndim and v.size == v.shape[-1] and v.flags.c_contiguous:
             d = whole(v)
-            return (v / d if d != 0 else v.copy()).astype(np.float32, copy=False)
+            y = v / d if d != 0 else v.copy()
+            return y if v is x else y.astype(np.float32, copy=False)
         row = v.reshape(1) if v.ndim == 0 else v
         d = divisor(row)
         if np.count_nonzero(d) < d.size:       # (count_nonzero: a C call, unlike d.all())
@@ -153,6 +157,10 @@ def scaler_1(*, offset=None, scale=None):
         if mixed or (x.shape[-1] if x.ndim else 1) not in sizes:
             _per_feature(off, x, "offset")
             _per_feature(mul, x, "scale")
+        if x.dtype is _F32:                     # the usual input, without _float's and the cast's checks
+            y = x - off                         # a new array (off is 1-D)
+            y *= mul
+            return y
         y = _float(x) - off                     # a new array (off is 1-D): float32 is the result
         y *= mul
         return y if y.dtype == np.float32 else y.astype(np.float32)
