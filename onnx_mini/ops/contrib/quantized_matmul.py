@@ -634,17 +634,21 @@ def _codes_range(a, a_zero_point, centred, k):
     if a.ndim == 0 or a.shape[-1] != k:
         return None
     if centred:
-        ok = a.dtype == _F32 and a_zero_point is not None and a_zero_point.dtype == _U8 and a_zero_point.size == 1
-        return integer_range(_U8, a_zero_point) if ok else None
+        return integer_range(_U8, a_zero_point) if _centred_codes(a, a_zero_point) else None
     if a.dtype not in _INT8S or (a_zero_point is not None
                                  and (a_zero_point.dtype != a.dtype or a_zero_point.size != 1)):
         return None
     return integer_range(a.dtype, a_zero_point)
 
 
+def _centred_codes(a, a_zero_point) -> bool:
+    """Whether A is what DynamicQuantizeCentred gives: float32 codes less their uint8 scalar zero point."""
+    return a.dtype == _F32 and a_zero_point is not None and a_zero_point.dtype == _U8 and a_zero_point.size == 1
+
+
 def _centred_product(a, b, a_zero_point, b_zero_point, weight):
     """_int_product for A given as float32 codes less their uint8 scalar zero point (a_zero_point)."""
-    if a.dtype != _F32 or a_zero_point is None or a_zero_point.dtype != _U8 or a_zero_point.size != 1:
+    if not _centred_codes(a, a_zero_point):
         raise InvalidValueError("centred A must be float32 codes with their uint8 scalar zero point")
     if b.dtype.kind not in "iu" or b.dtype.itemsize != 1:
         raise InvalidValueError(f"MatMulInteger: B must be int8 or uint8, got {b.dtype}")

@@ -26,9 +26,9 @@ _COMPUTE = (_F32, np.dtype(np.float64))     # the types features_2d gives
 
 
 def _linear_scores(coefficients: np.ndarray, intercepts, rows: int | None):
-    """fn(x, with_intercepts=True) -> [N, E] scores for coefficients of E rows (E = len(intercepts) when
-    given, else `rows`, else whatever the number of features at run time makes it); without the
-    intercepts, X @ W^T alone (the caller adds them)."""
+    """(fn(x, with_intercepts=True) -> [N, E] scores for coefficients of E rows (E = len(intercepts) when
+    given, else `rows`, else whatever the number of features at run time makes it; without the
+    intercepts, X @ W^T alone: the caller adds them), E or None, the intercepts per compute type or None)."""
     coef64 = np.asarray(coefficients, np.float64)
     icpt = None if intercepts is None or len(intercepts) == 0 else np.asarray(intercepts, np.float64)
     if icpt is not None:
@@ -70,7 +70,7 @@ def _linear_scores(coefficients: np.ndarray, intercepts, rows: int | None):
         if made[1] is not None and with_intercepts:
             s += made[1]
         return s
-    return scores, rows
+    return scores, rows, (None if icpt is None else {dt: made[1] for dt, made in prepared.items()})
 
 
 @kernel("LinearRegressor", since=1, domain=ML)
@@ -82,7 +82,7 @@ def linear_regressor_1(*, coefficients=None, intercepts=None, post_transform="NO
         raise ValueError(f"targets must be positive, got {targets}")
     if intercepts and len(intercepts) != targets:
         raise ValueError(f"intercepts has {len(intercepts)} values, expected targets={targets}")
-    scores, _ = _linear_scores(coefficients, intercepts, targets)
+    scores, _, _ = _linear_scores(coefficients, intercepts, targets)
     return lambda x: apply_transform(transform, scores(x)).astype(np.float32, copy=False)
 
 
@@ -96,7 +96,7 @@ def linear_classifier_1(*, classlabels_ints=None, classlabels_strings=None, coef
         raise ValueError(f"multi_class must be 0 or 1, got {multi_class}")
     if coefficients is None or len(coefficients) == 0:
         raise ValueError("coefficients are required")
-    scores, rows = _linear_scores(coefficients, intercepts, None)
+    scores, rows, bias = _linear_scores(coefficients, intercepts, None)
     if rows not in (None, 1) and rows != len(labels):
         raise ValueError(f"{rows} score rows (intercepts) but {len(labels)} class labels")
     if len(labels) == 2:
@@ -110,8 +110,6 @@ def linear_classifier_1(*, classlabels_ints=None, classlabels_strings=None, coef
     # Python floats; a float64 sum of two float32 values rounded to float32 (array "f") is the float32
     # sum (double rounding is harmless for + with 53 >= 2 * 24 + 2 bits). ~0.3 us less than s += b and
     # s.tolist() on a [1, 3] row (measured under load)
-    bias = None if rows is None or intercepts is None or len(intercepts) == 0 else \
-        {dt: np.asarray(intercepts, np.float64).astype(dt) for dt in _COMPUTE}
     row_bias = None if bias is None else {dt: b.tolist() for dt, b in bias.items()}
 
     def run(x):
