@@ -813,6 +813,14 @@ CONVT_CASES = [  # (id, x shape, w shape, with bias, attributes)
     ("2d-big-pads", (1, 1, 4, 4), (1, 1, 2, 2), False, dict(strides=[2, 2], pads=[2, 3, 1, 0])),
     ("3d", (1, 2, 2, 3, 2), (2, 2, 2, 2, 3), True, dict(strides=[1, 2, 2], pads=[1, 0, 0, 0, 1, 1])),
     ("3d-grouped", (1, 2, 2, 2, 2), (2, 2, 2, 1, 2), False, dict(group=2, strides=[2, 1, 2], dilations=[1, 1, 2])),
+    # strides equal to the kernel: taps that never overlap (tiled without a scatter when nothing is cropped or added)
+    ("1d-tiled", (2, 3, 5), (3, 2, 3), True, dict(strides=[3])),
+    ("2d-tiled", (1, 3, 3, 4), (3, 2, 2, 2), True, dict(strides=[2, 2])),
+    ("2d-tiled-grouped", (2, 4, 2, 3), (4, 3, 3, 2), False, dict(group=2, strides=[3, 2])),
+    ("3d-tiled", (1, 2, 2, 3, 2), (2, 2, 2, 1, 3), True, dict(strides=[2, 1, 3])),
+    ("2d-tiled-cropped", (1, 2, 3, 3), (2, 1, 2, 2), True, dict(strides=[2, 2], pads=[1, 0, 0, 1])),
+    ("2d-tiled-output-padding", (1, 2, 3, 3), (2, 1, 2, 2), True, dict(strides=[2, 2], output_padding=[1, 0])),
+    ("2d-tiled-dilated", (1, 1, 3, 3), (1, 1, 2, 2), False, dict(strides=[2, 2], dilations=[2, 1])),
 ]
 
 
@@ -824,6 +832,25 @@ def test_conv_transpose_against_direct_loop(version, xs, ws, bias, attrs):
     b = ints((m,)) if bias else None
     expected = convt_expected(x, w, b, version, **attrs).astype(np.float32)
     assert_same(run_node("ConvTranspose", version, [x, w] + ([b] if bias else []), **attrs_of(**attrs)), expected)
+
+
+@pytest.mark.parametrize("const", [(), (1,), (1, 2)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_conv_transpose_tiled_with_constant_or_fed_weights(const, dtype):
+    # a 2x2/2 upsampling as U-Nets write it: W (and B) as initializers (W^T made once at prepare) or fed
+    x, w, b = ints((2, 6, 3, 4), dtype=dtype), ints((6, 4, 2, 2), dtype=dtype), ints((4,), dtype=dtype)
+    expected = convt_expected(x, w, b, strides=[2, 2]).astype(dtype)
+    assert_same(run_node("ConvTranspose", 22, [x, w, b], const=const, kernel_shape=[2, 2], strides=[2, 2]), expected)
+
+
+def test_conv_transpose_tiled_infinity_reaches_its_tile_only():
+    # one term per output position: an infinite input pixel makes its own 2x2 tile infinite, nothing else
+    x = np.array([[[[0.5, np.inf], [1.0, 2.0]]]], np.float32)
+    w = np.ones((1, 1, 2, 2), np.float32)
+    y = run_node("ConvTranspose", 22, [x, w], const=(1,), strides=[2, 2])
+    assert np.all(np.isposinf(y[0, 0, :2, 2:]))
+    assert_same(y[0, 0, :2, :2], np.full((2, 2), 0.5, np.float32))
+    assert_same(y[0, 0, 2:], np.array([[1, 1, 2, 2], [1, 1, 2, 2]], np.float32))
 
 
 def test_conv_transpose_output_shape_split_differs_between_versions():
