@@ -26,7 +26,7 @@ from .math.matmul import gemm_11, matmul, matmul_1
 from .math.softmax import SOFTMAX_VIA_F32, along_axis, softmax
 from .nn.conv import Convolution
 from .nn.normalization import last_axis_sums, layer_normalization_17
-from .quantization import quantize_dequantize
+from .quantization import quantize_dequantize, quantized_lookup
 
 FUSED_DOMAIN = "onnx_mini.fused"
 
@@ -505,13 +505,16 @@ def fused_channel_affine(*, activation="", activation_params=()):
 
 
 @kernel("LookupTable", since=1, domain=FUSED_DOMAIN, multi_output=False, rank="first")
-def fused_lookup_table(*, codes="uint8", _constants=None):
+def fused_lookup_table(*, codes="uint8", q_version=0, dq_version=0, _constants=None):
     """y = table[x] on 8-bit codes: optimize/qdq_lut.py's DequantizeLinear -> elementwise ops ->
     QuantizeLinear, the table (256 output codes, indexed by the input code's bits as uint8) made at
     prepare by those nodes' kernels. The lookup is bytes.translate on the codes' bytes (a byte table
     in C): measured with the caches cleared between calls, as between a model's convolutions, 175 us
     at 200704 codes against 201 for np.take two codes at a time (a 65536-entry table of code pairs)
-    and 277 one by one; 15 against 24 / 33 us at 28224."""
+    and 277 one by one; 15 against 24 / 33 us at 28224.
+    With q_version, the QuantizeLinear making the codes (inputs 2, 3: its scale and zero point) is
+    part of the step, and with dq_version the DequantizeLinear reading the result (inputs 4, 5):
+    ops/quantization.py's quantized_lookup."""
     dt = np.dtype(codes)
     table_bytes = prepack(_table_bytes, _constants, (1,))
 
@@ -520,6 +523,8 @@ def fused_lookup_table(*, codes="uint8", _constants=None):
             raise InvalidValueError(f"x is {x.dtype}, the DequantizeLinear's zero point is {dt}")
         data = bytearray(np.ascontiguousarray(x).tobytes() if x.ndim == 0 else np.ascontiguousarray(x).data)
         return np.frombuffer(data.translate(table_bytes(table)), table.dtype).reshape(x.shape)
+    if q_version or dq_version:
+        return quantized_lookup(run, int(q_version), int(dq_version), dt, _constants)
     return run
 
 

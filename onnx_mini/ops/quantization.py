@@ -411,6 +411,114 @@ def quantize_dequantize(q_version: int, dq_version: int, constants=None):
     return run_constant
 
 
+# -- QuantizeLinear -> table -> DequantizeLinear (optimize/qdq_lut.py) -----------------------------
+
+def quantized_lookup(lookup, q_version: int, dq_version: int, codes, constants=None):
+    """run(x, table, x_scale, x_zero_point, y_scale, y_zero_point) = DequantizeLinear(lookup(
+    QuantizeLinear(x, x_scale, x_zero_point), table), y_scale, y_zero_point), each end present when
+    its version is nonzero (else x are the codes, of type `codes`; else the result is the looked-up
+    codes). With the constant per-tensor parameters of a QDQ model (float32 scales, 8-bit zero
+    points) and float32 x it runs as one pass chain without the codes (_quantized_lookup_constant)."""
+    quantize = _quantize_fn(q_version) if q_version else None
+    dequantize = _dequantize_fn(dq_version) if dq_version else None
+
+    def run(x, table, x_scale=None, x_zero_point=None, y_scale=None, y_zero_point=None):
+        y = lookup(quantize(x, x_scale, x_zero_point) if quantize is not None else x, table)
+        return dequantize(y, y_scale, y_zero_point) if dequantize is not None else y
+    try:
+        fast = _quantized_lookup_constant(quantize, dequantize, np.dtype(codes), constants or {})
+    except (InvalidValueError, ValueError):
+        fast = None                     # run raises it, as for fed parameters
+    if fast is None:
+        return run
+    given, x_type, compute = fast
+
+    def run_constant(x, *params):
+        if x.dtype != x_type or not x.ndim or len(params) != len(given) or any(
+                a is not b for a, b in zip(params, given)):
+            return run(x, *params)
+        return compute(x)
+    return run_constant
+
+
+def _quantized_lookup_constant(quantize, dequantize, codes_in, constants):
+    """(the inputs 1.. as the constants they are, x's type, compute(x)) for quantized_lookup, or None.
+
+    The input codes: x / s clipped to [lo - zp, hi - zp], plus 1.5 * 2^23, is the float whose bit
+    pattern ends in round(x / s) modulo 256 (_round_saturate_into's steps 1-3, NaN included); that
+    byte, not the code (it lacks + zp), indexes the table turned by zp: entry b is the table's entry
+    for the code (b + zp) modulo 256. The byte is written straight into the buffer bytes.translate
+    reads. The output: the looked-up codes c as float32, minus y's zero point, times y's scale, as
+    _dequantize_per_tensor; where every c - zp of the table lies in -128..127, the table holds that
+    difference as int8 and the subtraction is skipped (an exact integer either way). Checked at
+    prepare against the written kernels on every code, the ties, both bounds, NaN and infinities."""
+    given = tuple(constants.get(i) for i in range(1, 6))
+    table, s, z, ys, yz = given
+    if not isinstance(table, np.ndarray) or table.shape != (256,) or table.dtype not in (np.dtype(np.int8), _U8):
+        return None
+    x_type = codes_in
+    turned = np.arange(256, dtype=np.uint8)          # the table's index for each byte of the codes
+    if quantize is not None:
+        if s is None or z is None or z.dtype != codes_in or _quantize_per_tensor(quantize, s, z) is None:
+            return None
+        x_type = _F32
+        xs = s.reshape(()).astype(_F32)
+        lo, hi = _BOUNDS[z.dtype]
+        lo, hi = lo - float(z.reshape(())), hi - float(z.reshape(()))
+        turned += z.reshape(()).view(np.uint8)          # modulo 256
+    codes = table.view(np.uint8)[turned]                 # the output code for each byte
+    out_type = table.dtype
+    subtract = shifted = False
+    if dequantize is not None:
+        if ys is None or yz is None or yz.dtype != table.dtype or _dequantize_per_tensor(dequantize, ys, yz) is None:
+            return None
+        ys32, yz32 = ys.reshape(()).astype(_F32), yz.reshape(()).astype(_F32)
+        diff = codes.view(out_type).astype(np.int64) - int(yz.reshape(()))
+        shifted = bool(diff.min() >= -128 and diff.max() <= 127)
+        if shifted:
+            codes, out_type = diff.astype(np.int8).view(np.uint8), np.dtype(np.int8)
+        subtract = not shifted and bool(yz32)
+    elif quantize is None:
+        return None                                     # the plain lookup: nothing to save
+    translation = codes.tobytes()
+    rounder = _ROUNDER[_F32][0]
+
+    def compute(x):
+        if quantize is not None:
+            q = np.divide(x, xs)
+            _clip(q, lo, hi, out=q)
+            q += rounder
+            buf = bytearray(q.size)
+            np.copyto(np.frombuffer(buf, np.uint8).reshape(q.shape), q.view(np.int32), casting="unsafe")
+        else:
+            buf = bytearray(np.ascontiguousarray(x).data)
+        c = np.frombuffer(buf.translate(translation), out_type).reshape(x.shape)
+        if dequantize is None:
+            return c
+        y = c.astype(_F32)
+        if subtract:
+            y -= yz32
+        y *= ys32
+        return y
+
+    # the proof: every code, the ties either side of each, past both bounds, NaN, infinities, zeros
+    if quantize is not None:
+        r = np.arange(lo - 3, hi + 4, dtype=np.float64)
+        probe = np.concatenate([(r[:, None] + [0, 0.5, -0.5, 0.25, 0.75]).reshape(-1) * float(xs),
+                                [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 3e38, -3e38]]).astype(_F32)
+    else:
+        probe = np.arange(256, dtype=np.uint8).view(codes_in)
+    with np.errstate(over="ignore", invalid="ignore"):     # the probe's own huge values and NaN
+        made = quantize(probe, s, z) if quantize is not None else probe
+        looked = table.view(np.uint8)[made.view(np.uint8)].view(table.dtype)
+        want = dequantize(looked, ys, yz) if dequantize is not None else looked
+        got = compute(probe)
+    if got.dtype != want.dtype or not np.array_equal(got.view(np.uint8), want.view(np.uint8)):
+        return None
+    n = 5 if dequantize is not None else 3
+    return given[:n], x_type, compute
+
+
 # -- DynamicQuantizeLinear -----------------------------------------------------------------------
 
 @kernel("DynamicQuantizeLinear", since=11)

@@ -9,6 +9,14 @@ int8 (it fixes the codes' type; without one the input type is not known before r
 are elementwise with one input from the chain and any other a constant of one element that cannot
 widen the rank, every value of the chain after the codes is read by the next node alone (no graph
 output, no other reader, no subgraph capture), and the QuantizeLinear yields uint8 / int8.
+
+A QDQ model quantizes a float tensor just before such a chain and reads the result back just after
+it (Conv -> QuantizeLinear -> [chain] -> DequantizeLinear -> Conv): that QuantizeLinear and that
+DequantizeLinear join the step when each is the chain's only neighbour on its value, with a float32
+scale and a zero point of the codes' type, constants holding one number, and no attribute changing
+the arithmetic (`_quantizer`, `_dequantizer`). The kernel then goes from floats to floats without the
+intermediate arrays (ops/quantization.py's quantized_lookup, proven equal to the written kernels at
+prepare, else running them).
 """
 from __future__ import annotations
 
@@ -40,10 +48,49 @@ def fuse_qdq_lookup(ctx: Context) -> bool:
         if table is None:
             continue
         name = ctx.add_initializer(q.outputs[0] + "_table", table)
-        node = ctx.fused_node(q, "LookupTable", (dq.inputs[0], name), q.outputs, {"codes": codes.name})
-        ctx.replace([dq, *ops, q], [node])
+        first, last = _quantizer(ctx, dq, codes), _dequantizer(ctx, q, table.dtype)
+        inputs = [first.inputs[0] if first else dq.inputs[0], name]
+        if first or last:
+            inputs += first.inputs[1:3] if first else ["", ""]
+        if last:
+            inputs += last.inputs[1:3]
+        attrs = {"codes": codes.name, "q_version": ctx.version(first) if first else 0,
+                 "dq_version": ctx.version(last) if last else 0}
+        node = ctx.fused_node(q, "LookupTable", tuple(inputs), (last or q).outputs, attrs)
+        ctx.replace([*([first] if first else []), dq, *ops, q, *([last] if last else [])], [node])
         changed = True
     return changed
+
+
+# QuantizeLinear's output_dtype naming the zero point's type (TensorProto.UINT8, INT8)
+_OUTPUT_DTYPE = {np.dtype(np.uint8): 2, np.dtype(np.int8): 3}
+
+
+def _quantizer(ctx: Context, dq: Node, codes: np.dtype) -> Node | None:
+    """The QuantizeLinear making the chain's codes, when the step can take it in: its output read by
+    the chain alone, its scale a float32 and its zero point a `codes` constant holding one number, and
+    no attribute changing the arithmetic (block_size, precision other than float32, output_dtype other
+    than the zero point's type)."""
+    q = ctx.producer.get(dq.inputs[0])
+    if (not ctx.is_op(q, "QuantizeLinear") or len(q.outputs) != 1 or not ctx.only_consumer(dq.inputs[0], dq)
+            or not _per_tensor(ctx, q, zero_point_needed=True) or q.attrs.get("block_size", 0)
+            or q.attrs.get("precision", 0) not in (0, 1)
+            or q.attrs.get("output_dtype", 0) not in (0, _OUTPUT_DTYPE[codes])):
+        return None
+    s, z = ctx.value(q.inputs[1]), ctx.value(q.inputs[2])
+    return q if s.dtype == np.float32 and z.dtype == codes else None
+
+
+def _dequantizer(ctx: Context, q: Node, codes: np.dtype) -> Node | None:
+    """The DequantizeLinear alone reading the chain's codes, when the step can take it in: a float32
+    scale and a `codes` zero point, constants holding one number, float32 out, no block_size."""
+    dq = ctx.single_user(q.outputs[0])
+    if (not ctx.is_op(dq, "DequantizeLinear") or dq.inputs[0] != q.outputs[0] or len(dq.outputs) != 1
+            or not _per_tensor(ctx, dq, zero_point_needed=True) or dq.attrs.get("block_size", 0)
+            or dq.attrs.get("output_dtype", 0) not in (0, 1)):
+        return None
+    s, z = ctx.value(dq.inputs[1]), ctx.value(dq.inputs[2])
+    return dq if s.dtype == np.float32 and z.dtype == codes else None
 
 
 def _chain(ctx: Context, q: Node):
