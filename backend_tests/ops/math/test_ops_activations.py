@@ -500,11 +500,11 @@ def test_gelu_float32_nan_anywhere_stays_nan():
         assert np.isnan(got[where]).all()
         assert_same(np.delete(got, where), run("Gelu", 20, [np.delete(x, where)]))
         block = np.resize(nans, 4096)
-        out, d, w, k = np.empty(4096, np.float32), np.empty(4096, np.float32), np.empty(4096, np.float32), \
-            np.full(4096, -1, np.intp)
-        normal_cdf._gelu_block(block, out, d, w, k)
+        out, d, g, k = np.empty(4096, np.float32), np.empty(4096, np.float32), np.empty((2, 4096), np.float32), \
+            np.full(4096, -1, np.int32)
+        normal_cdf._gelu_block(block, out, d, g, k)
     assert np.isnan(out).all()
-    assert 0 <= k.min() and k.max() < normal_cdf._LAM.size == normal_cdf._PHI16.size
+    assert 0 <= k.min() and k.max() < normal_cdf._TABLES.shape[1] == normal_cdf._LAM.size == normal_cdf._PHI16.size
 
 
 def test_gelu_float32_edges():
