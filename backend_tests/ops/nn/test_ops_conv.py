@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -20,7 +22,7 @@ from onnx_mini.ops.nn import conv
 from onnx_mini.ops.nn.conv import banded, im2col, pointwise, shifted
 from onnx_mini.ops.nn.conv import thresholds, winograd
 
-from helpers import NODE, assert_same, elem_type, np_type, run_node, sample, type_params, versions
+from helpers import NODE, REPO, assert_same, elem_type, np_type, run_node, sample, type_params, versions
 
 RNG = np.random.default_rng(1234)
 
@@ -538,6 +540,37 @@ def test_conv_depthwise_einsum_weights_cached_per_constant_w(monkeypatch):
     assert_same(run(x, w), conv_expected(x, w, **attrs).astype(np.float32))
     w *= 3
     assert_same(run(x, w), conv_expected(x, w, **attrs).astype(np.float32))
+
+
+@pytest.mark.parametrize("xs,strides,dil,pads", [((1, 3, 9, 11), [1, 1], [1, 1], [1, 1, 1, 1]),
+                                                  ((2, 4, 10, 8), [2, 2], [1, 1], [1, 1, 1, 1]),
+                                                  ((1, 5, 9, 7), [2, 2], [1, 1], [1, 1, 1, 1]),
+                                                  ((1, 3, 12, 13), [2, 1], [2, 1], [2, 0, 1, 2]),
+                                                  ((1, 2, 11, 10), [3, 2], [1, 2], [0, 2, 2, 1])])
+def test_bench_floors_depthwise_floors_compute_the_conv(monkeypatch, xs, strides, dil, pads):
+    """benchmarks/bench_floors.py's depthwise floors time the convolution itself: every variant of each
+    floor (taps on stride phases, im2col columns, the channels-last einsum), run after its output was
+    set to NaN, leaves Y equal to the direct sum (a floor computing less would prove nothing)."""
+    # the benchmarks default ONNX_MINI_MALLOC to "tuned" on import: not for this process's later tests
+    monkeypatch.setenv("ONNX_MINI_MALLOC", os.environ.get("ONNX_MINI_MALLOC", "recycle"))
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import bench_floors
+    finally:
+        sys.path.pop(0)
+    c = xs[1]
+    rng = np.random.default_rng(7)
+    x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal((c, 1, 3, 3)).astype(np.float32)
+    attrs = dict(group=c, kernel_shape=[3, 3], strides=strides, dilations=dil, pads=pads)
+    expected = conv_expected(x.astype(np.float64), w.astype(np.float64), group=c, strides=strides, dilations=dil,
+                             pads=pads)
+    for make in bench_floors.FLOORS.values():
+        variants, result = make(x, w, attrs)
+        assert len(variants) >= 2
+        for label, run in variants.items():
+            result()[...] = np.nan
+            run()
+            np.testing.assert_allclose(result(), expected, rtol=1e-5, atol=1e-5, err_msg=label)
 
 
 @pytest.mark.parametrize("xs,m,group", [((1, 4, 3, 5), 12, 1), ((3, 4, 2, 2), 16, 2), ((1, 6, 4, 1), 24, 3)])
