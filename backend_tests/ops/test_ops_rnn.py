@@ -417,6 +417,31 @@ def test_row_and_column_forms(op, attrs, column, monkeypatch):
     check(op, 14, make_inputs(op, T=5, nb=4, I=3, H=8, init=True, seed=22), direction="reverse", **attrs)
 
 
+@pytest.mark.parametrize("lens", [None, [3, 1, 0, 3, 2]])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("layout", [0, 1])
+@pytest.mark.parametrize("direction", ["forward", "reverse"])
+@pytest.mark.parametrize("op,attrs", CELLS)
+def test_column_form_one_direction(op, attrs, direction, layout, bias, lens, monkeypatch):
+    """One direction in the column form: the projection is one product W|b times [X | 1]^T read in place by
+    the steps (no reordering copy, the bias inside the product); every layout, with and without B, full
+    and ragged sequences, against the reference. W's packed transpose and the bias are views of that one
+    packed array."""
+    monkeypatch.setattr(fast, "column_form", lambda batch, hidden: True)
+    ins = make_inputs(op, T=3, nb=5, I=4, H=6, layout=layout, bias=bias, lens=lens, init=True, seed=24)
+    check(op, 22, ins, direction=direction, layout=layout, **attrs)
+    empty = [ins[0][:0] if layout == 0 else ins[0][:, :0]] + ins[1:4] + [None if lens is None else 0 * ins[4]]
+    check(op, 22, empty + ins[5:], direction=direction, layout=layout, **attrs)      # seq_length 0
+    G = GATES[op]
+    w = driver.pack(ins[1], ins[2], ins[3], None, D=1, G=G, hidden_size=None, order=tuple(range(G)),
+                    scale=(1,) * G, products=((0, G),), apart=None)
+    assert w.WTb.shape == (4 + bias, G * 6) and np.shares_memory(w.WT, w.WTb)
+    np.testing.assert_array_equal(w.WT, ins[1][0].T)
+    if bias:
+        assert np.shares_memory(w.bias, w.WTb)
+        np.testing.assert_array_equal(w.bias[0], ins[3][0, :G * 6] + ins[3][0, G * 6:])
+
+
 @pytest.mark.parametrize("op,attrs", CELLS)
 def test_directions_on_their_own_threads(op, attrs, monkeypatch):
     """Bidirectional steps run per direction (on two threads for large products): same values."""
@@ -598,3 +623,29 @@ def test_concurrent_runs_share_nothing(monkeypatch):
     for got in results:
         for g, e in zip(got, expected):
             np.testing.assert_array_equal(g, e)
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("op,attrs", CELLS)
+def test_column_form_against_onnxruntime(op, attrs, direction):
+    """A batch of a few rows of a wide state (the column form chosen on its own), constant weights as a
+    model holds them: onnxruntime's values."""
+    ort = pytest.importorskip("onnxruntime")
+    nd = 2 if direction == "bidirectional" else 1
+    ins = make_inputs(op, T=5, nb=6, I=12, H=64, nd=nd, init=True, seed=101)
+    assert fast.column_form(6, 64)
+    ins[0] = ins[0] * 2
+    if op == "LSTM":
+        ins = ins[:7]
+    names = ["" if v is None else n for n, v in zip(["X", "W", "R", "B", "L", "h0", "c0"], ins)]
+    feeds = {n: v for k, (n, v) in enumerate(zip(names, ins)) if n and k not in (1, 2, 3)}
+    outs = ["Y", "Y_h", "Y_c"] if op == "LSTM" else ["Y", "Y_h"]
+    node = helper.make_node(op, names, outs, direction=direction, hidden_size=64, **attrs)
+    inits = [onnx.numpy_helper.from_array(v, n) for k, (n, v) in enumerate(zip(names, ins)) if n and k in (1, 2, 3)]
+    declared = [helper.make_tensor_value_info(n, elem_type(v.dtype), v.shape) for n, v in feeds.items()]
+    results = [helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, None) for o in outs]
+    model = helper.make_model(helper.make_graph([node], "g", declared, results, inits),
+                              opset_imports=[helper.make_opsetid("", 22)], ir_version=10)
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for g, e in zip(onnx_mini.prepare(model).run(feeds), expected):
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)

@@ -6,7 +6,9 @@ direction of W transposed side by side, W's and R's biases summed where no produ
 R in the forms the step multiplies. Per run the driver:
 
 - projects the inputs of every time step and every direction with ONE matmul
-  (X[T*B, I] @ W^T[I, D*G*H] + Wb (+ the parts of Rb that sit outside any gate product)),
+  (X[T*B, I] @ W^T[I, D*G*H] + Wb (+ the parts of Rb that sit outside any gate product)); in the
+  column form (fast.column_form) as [W^T | bias]^T @ [X | 1]^T, [D*G*H, T*B], which the steps read
+  in place as [T, D, G*H, B] with the bias already in,
 - lays that projection out in *step order* per direction ([T, D, B, G*H]): forward steps run
   t = 0..len-1; reverse steps run t = len-1..0 from each sequence's own last valid step (a gather
   with the per-batch index len-1-s, or a plain flip when every sequence has the full length),
