@@ -1,6 +1,7 @@
 """Convolution: one Conv's computation. The spec's checks (spec.py) run once per input shape, the
-algorithm is chosen once per shape (select.py), and the transforms of a constant W (and B) are made
-once and kept here, with the model (never in a process-wide cache):
+algorithm is chosen once per shape (select.py; one for runs that split their products over the pool,
+one for the others), and the transforms of a constant W (and B) are made once and kept here, with
+the model (never in a process-wide cache):
 - the pointwise bias column (pointwise.bias_column): when the Convolution is made;
 - Winograd's G g G': on the first run that takes Winograd (it depends on the shape of X whether
   any will: a 7x7 layer never does, and keeping it would cost 16/9 of W);
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .... import blas
 from .._common import finite, per_image, read_extent
 from ..._common import UPCAST
 from . import banded, checks, depthwise, im2col, pointwise, shifted, thresholds, winograd
@@ -66,7 +68,7 @@ class Convolution:
                 epilogue(y, 0, 1)
             return y
         kernel, strides, dil, begin, end, out = layout.geometry
-        name = layout.name
+        name, fallback = layout.split if blas.splitting() else layout.whole
         n, c = x.shape[:2]
         m, cg = w.shape[:2]
         group = self.group
@@ -79,7 +81,7 @@ class Convolution:
             b = None if b is None else b.astype(np.float32)
         if name in NEEDS_FINITE and not (finite(x) and (self.w_finite if constant
                                                         else _weights_finite(given_w, group))):
-            name = layout.fallback
+            name = fallback
         self.algorithms[key[0]] = name
         if name == "im2col" and n == 1:     # one image: finished here, a small Conv's fixed cost counts
             columns = _columns(layout, x, group)
@@ -151,12 +153,15 @@ class Convolution:
         geometry = checks.shape_geometry(x, w, b, *self.attrs)
         kernel, strides, dil, begin, end, out = geometry
 
-        def choose(finite_values):
+        def choose(splitting, finite_values):
             return select(x.shape, w.shape, x.dtype, group=self.group, kernel=kernel, strides=strides,
                           dilations=dil, begin=begin, end=end, out=out, finite=finite_values, forced=self.forced,
-                          shuffle=shuffle, exact=self.exact)
-        name = choose(self.w_finite if w is self.w else True)
-        layout = _Layout(geometry, name, choose(False) if name in NEEDS_FINITE else name)
+                          shuffle=shuffle, exact=self.exact, splitting=splitting)
+
+        def pair(splitting):        # (the algorithm, the one taken when X or W turn out not finite)
+            name = choose(splitting, self.w_finite if w is self.w else True)
+            return name, choose(splitting, False) if name in NEEDS_FINITE else name
+        layout = _Layout(geometry, pair(False), pair(True))
         if len(self.layouts) >= thresholds.LAYOUTS:
             self.layouts.clear()
             self.algorithms.clear()
@@ -179,12 +184,14 @@ class Convolution:
 
 
 class _Layout:
-    """One input shape's geometry, algorithm (and the one taken when X or W turn out not finite), and
-    the algorithm's own per-shape state (memo), which holds the constant W's per-shape transforms."""
-    __slots__ = ("geometry", "name", "fallback", "memo", "rows_w")
+    """One input shape's geometry, algorithm (and the one taken when X or W turn out not finite) in a
+    run that leaves its products whole (`whole`) and in one that splits them (`split`: select's
+    `splitting`), and the algorithm's own per-shape state (memo), which holds the constant W's
+    per-shape transforms."""
+    __slots__ = ("geometry", "whole", "split", "memo", "rows_w")
 
-    def __init__(self, geometry, name, fallback):
-        self.geometry, self.name, self.fallback, self.memo = geometry, name, fallback, {}
+    def __init__(self, geometry, whole, split):
+        self.geometry, self.whole, self.split, self.memo = geometry, whole, split, {}
         self.rows_w = None      # the constant W's taps once a call went by rows (no check left to make)
 
     def keep(self, constant: bool, key, make):

@@ -5,7 +5,8 @@ Algorithms (the names `prepare(model, conv_algorithm=...)` takes):
 - "pointwise": 1x1 kernel, stride 1, no padding: one matmul per group (pointwise.py);
 - "im2col": windows copied once into columns, one matmul per group; computes every Conv (im2col.py;
   one 1-D image with a few output positions: a matrix-vector product per position, by rows);
-- "shifted": stride 1, one group: one matmul per tap on runs of the flat padded input (shifted.py);
+- "shifted": stride 1, one group: one matmul per tap on runs of the flat padded input (shifted.py;
+  not while the run splits its products: see `splitting`);
 - "winograd": F(2x2, 3x3), 2-D 3x3, stride and dilation 1, one group, float32/float64 compute type,
   finite X and W, not for integer sums that must stay exact in float32 (`exact`: its transforms
   take quarters and grow the values) (winograd.py);
@@ -41,13 +42,17 @@ def check_name(name) -> str | None:
 
 
 def select(x_shape, w_shape, dtype, *, group: int, kernel, strides, dilations, begin, end, out,
-           finite: bool = True, forced: str | None = None, shuffle: bool = False, exact: bool = False) -> str:
+           finite: bool = True, forced: str | None = None, shuffle: bool = False, exact: bool = False,
+           splitting: bool = False) -> str:
     """The algorithm for X of `x_shape` and type `dtype` (float16/bfloat16 compute in float32), W of
     `w_shape`, and the checked geometry (kernel, strides, dilations, pads begin/end, output sizes).
     finite: whether X and W may go to the algorithms that need finite values (False when a value is
     known not to be); forced: an algorithm to take where it applies; shuffle: the output is written
     in channel-shuffle order (ops/fused.py), which only pointwise does (ValueError otherwise); exact: X and W
-    hold integers whose sums must stay exact (ConvInteger, QLinearConv in float32): no Winograd."""
+    hold integers whose sums must stay exact (ConvInteger, QLinearConv in float32): no Winograd;
+    splitting: the run splits its products over onnx_mini's pool (blas.splitting()): no shifted, whose
+    per-tap products each pay a hand-off and whose accumulations run on one thread, where im2col shares
+    its gathers and products among the threads (thresholds.SHIFT_WHEN_SPLITTING)."""
     n, c = x_shape[:2]
     m, cg = w_shape[:2]
     if n == 0 or m == 0 or cg == 0:
@@ -97,7 +102,7 @@ def select(x_shape, w_shape, dtype, *, group: int, kernel, strides, dilations, b
     if (applies("winograd") and c >= thresholds.WINOGRAD_MIN_CHANNELS and m >= thresholds.WINOGRAD_MIN_CHANNELS
             and pixels >= thresholds.WINOGRAD_MIN_PIXELS):
         return "winograd"
-    if stride_1 and group == 1 and (
+    if stride_1 and group == 1 and (thresholds.SHIFT_WHEN_SPLITTING or not splitting) and (
             (m < c and pixels >= thresholds.SHIFT_MIN_PIXELS)
             or (m == c and c * math.prod(kernel) * pixels * dtype.itemsize >= thresholds.SHIFT_SAME_MIN_COLUMN_BYTES)):
         return "shifted"

@@ -10,6 +10,9 @@ from .... import blas as _blas
 # -- selection (select.py) -------------------------------------------------------------------------
 SHIFT_MIN_PIXELS = 700                   # fewer outputs than inputs: shifted beat im2col from ~28x28 on
 SHIFT_SAME_MIN_COLUMN_BYTES = 12 << 20   # as many outputs as inputs: shifted once im2col's columns leave the caches
+SHIFT_WHEN_SPLITTING = False             # split runs: im2col (bands) beat shifted on 3x3 128x32x32 -> 64,
+                                         # 64x64x64 -> 32, 32x128x128 -> 16 (U-Net: 4.3/4.7/5.6 -> 3.4/3.9/4.9 ms),
+                                         # 64x224x224 -> 64, 128x112x112 -> 128 (82/56 -> 55/36 ms) (split mode, loaded)
 WINOGRAD_MIN_CHANNELS = 256              # Winograd F(2x2, 3x3) beat im2col at C, M >= 256, lost at 64
 WINOGRAD_MIN_PIXELS = 196                # ... and from 14x14 outputs on (512->512 at 7x7 lost)
 DW_LAST_MAX_PIXELS = 1024                # depthwise: channels-last layouts up to this many output pixels, flat above
