@@ -551,6 +551,59 @@ def test_dynamic_quantize_linear_large():
     for g, e in zip(got, dynamic_ref(x)):
         assert_same(g, e)
 
+def _numpy_scalar_parameters(x):
+    """_dynamic_parameters as numpy float32 scalar steps (the helper's earlier form): the reference."""
+    lo = min(F32(0), x.min()) if x.size else F32(0)
+    hi = max(F32(0), x.max()) if x.size else F32(0)
+    scale = F32((hi - lo) / F32(255))
+    zp = np.uint8(0) if scale == 0 else np.uint8(min(max(np.rint(-lo / scale), 0), 255))
+    return lo, hi, scale, zp
+
+
+def _numpy_scalar_clip_free(lo, hi, scale, zp):
+    return bool(np.rint(lo / scale) + int(zp) >= 0 and np.rint(hi / scale) + int(zp) <= 255)
+
+
+def _extreme_and_random_ranges():
+    tiny, big, least = np.finfo(F32).tiny, np.finfo(F32).max, F32(2.0 ** -149)
+    special = [0.0, -0.0, least, -least, tiny, -tiny, big, -big, np.nextafter(big, F32(0)), 1.0, -1.0, 255.0,
+               -255.0, 127.5, -127.5, 0.5, 1e-38, -1e-38, 3e38, -3e38, np.inf, -np.inf, np.nan]
+    pairs = [(a, b) for a in special for b in special]
+    rng = np.random.default_rng(22)
+    bits = rng.integers(0, 2 ** 32, (20_000, 2), dtype=np.uint64).astype(np.uint32).view(F32)   # any float32
+    pairs += [tuple(p) for p in bits]
+    pairs += [tuple(p) for p in (rng.standard_normal((20_000, 2)) * 10.0 ** rng.integers(-40, 39, (20_000, 1)))]
+    # ranges whose zero point -lo / scale sits on or next to a tie (lo = -(k + 1/2) * scale)
+    for k in range(0, 256, 5):
+        s = F32(rng.uniform(0.001, 10))
+        pairs += [(-(k + 0.5) * s, (254.5 - k) * s), (-(k + 0.5) * s, 1.0), (-k * s, (255 - k) * s)]
+    return [np.array(p, F32) for p in pairs]
+
+
+def test_dynamic_parameters_on_python_floats_are_float32_bits():
+    """_dynamic_parameters and _clip_free compute on Python floats rounded to float32 once per step
+    (see there): every result has the bits of the float32 numpy scalar steps, on every kind of range
+    (random bit patterns, subnormals, the largest floats whose difference overflows, infinities, NaN,
+    zero points on ties)."""
+    from onnx_mini.ops.quantization import _clip_free, _dynamic_parameters
+    checked = clip_free = 0
+    with np.errstate(all="ignore"):
+        for x in _extreme_and_random_ranges() + [np.zeros(0, F32)]:
+            lo, hi, scale, zp = _dynamic_parameters(x)
+            want = _numpy_scalar_parameters(x)
+            got = (F32(lo), F32(hi), F32(scale), zp)
+            assert float(F32(scale)) == scale or np.isnan(scale)       # a float32 value
+            assert zp.dtype == np.uint8
+            for g, w in zip(got, want):
+                assert np.asarray(g).tobytes() == np.asarray(w).tobytes(), (x, got, want)
+            if scale != 0:
+                free = _clip_free(lo, hi, scale, zp)
+                assert free == _numpy_scalar_clip_free(*want), (x, got)
+                clip_free += free
+            checked += 1
+    assert checked > 40_000 and clip_free > 10_000     # most random ranges are clip-free
+
+
 
 # -- constant weights dequantized once ------------------------------------------------------------
 

@@ -362,6 +362,33 @@ def test_skip_simplified_layer_normalization(tname):
         agree((y, mean, inv, s), "SkipSimplifiedLayerNormalization", [x, skip, g, bias], 4, epsilon=1e-6)
 
 
+def test_rms_inverse_of_one_row_has_numpys_bits():
+    """rms_inverse's one-row path (Python floats rounded to the type per step) gives the bits of numpy's
+    steps 1 / sqrt(sum / count + eps) in float32 and float64: random sums, subnormal and huge ones, counts
+    float32 rounds (above 2^24), epsilons of every size; and numpy's own results where a step is 1 / 0,
+    NaN or infinite."""
+    from onnx_mini.ops.contrib.layer_norm import rms_inverse
+    rng = np.random.default_rng(5)
+    for dt in (np.float32, np.float64):
+        info = np.finfo(dt)
+        sums = [0.0, info.smallest_subnormal, info.tiny, 1.0, 3.0, info.max, info.max / 3, np.inf, np.nan]
+        sums += list(rng.uniform(0, 1, 300) * 10.0 ** rng.integers(-45, 39, 300))
+        for total in np.array(sums, dt):
+            for count in (1, 3, 896, 4864, 2 ** 24 + 1, 2 ** 25 + 3):
+                for eps in (0.0, 1e-12, 9.999999974752427e-07, 1e-5, 0.1, 3.0, 1e30):
+                    sq = np.array([[[total]]], dt)
+                    with np.errstate(all="ignore"):
+                        want = 1 / np.sqrt(np.add.reduce(sq, axis=-1, keepdims=True) / count + dt(eps))
+                        got = rms_inverse(sq, -1, count, eps)
+                    assert got.dtype == dt and got.shape == (1, 1, 1)
+                    assert got.tobytes() == want.tobytes(), (dt, total, count, eps, got, want)
+    x = rnd((1, 1, 896))                          # and through the kernel: one token, as a decode step
+    inv = ms("SkipSimplifiedLayerNormalization", [x, x, rnd(896, 2)], 3, epsilon=1e-6)[2]
+    s = x + x
+    want = 1 / np.sqrt(np.add.reduce(s * s, axis=-1, keepdims=True) / 896 + np.float32(1e-6))
+    assert inv.tobytes() == want.tobytes()
+
+
 def _embed_inputs(dt=np.float32):
     ids = np.array([[1, 2, 3], [4, 5, 0]], np.int32)
     seg = np.array([[0, 0, 1], [0, 1, 1]], np.int32)

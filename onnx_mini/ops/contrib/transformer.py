@@ -57,12 +57,12 @@ from ... import blas
 from ...errors import InvalidValueError
 from ...registry import kernel
 from .._common import UPCAST, broadcasts_to
-from ..math.softmax import softmax
 from ..nn.attention import _softmax, rotary_embedding_23
 from ..nn._common import text
 
 MS = "com.microsoft"
 F32 = np.dtype(np.float32)
+_MAX, _SUM = np.maximum.reduce, np.add.reduce     # (x.max(), x.sum() without their Python layer)
 _CAUSAL_FILL = -10000.0
 
 
@@ -634,9 +634,8 @@ def group_query_attention_1(*, num_heads, kv_num_heads, causal=1, do_rotary=0, k
                 raise InvalidValueError(f"packed QKV width {width} is not (num_heads + 2 * kv_num_heads) * head_size")
             head = width // (n + 2 * nk)
             qf = _f(query, ct)
-            q = _heads(qf[..., :n * head], n, "query")
-            k = _heads(qf[..., n * head:(n + nk) * head], nk, "key")
-            v = _heads(qf[..., (n + nk) * head:], nk, "value")
+            heads = qf.reshape(b, s, n + 2 * nk, head).transpose(0, 2, 1, 3)   # (_heads of each part, at once)
+            q, k, v = heads[:, :n], heads[:, n:n + nk], heads[:, n + nk:]
         else:
             if value is None or key.ndim != 3 or value.ndim != 3 or key.shape[:2] != (b, s) \
                     or value.shape[:2] != (b, s):
@@ -648,8 +647,7 @@ def group_query_attention_1(*, num_heads, kv_num_heads, causal=1, do_rotary=0, k
             head = q.shape[3]
         if k.shape[3] != head or v.shape[3] != head:
             raise InvalidValueError(f"query, key and value head sizes differ ({head}, {k.shape[3]}, {v.shape[3]})")
-        lens = seqlens_k.astype(np.int64).reshape(-1)
-        if lens.shape != (b,):
+        if seqlens_k.reshape(-1).shape != (b,):
             raise InvalidValueError(f"seqlens_k must have shape [{b}] (batch), got {list(seqlens_k.shape)}")
         total = int(total_sequence_length.reshape(-1)[0]) if total_sequence_length.size == 1 else None
         if total is None:
@@ -668,19 +666,21 @@ def group_query_attention_1(*, num_heads, kv_num_heads, causal=1, do_rotary=0, k
                                         f"[{b}, {nk}, *, {head}] (head_size / 2 bytes for a 4-bit cache), got "
                                         f"{list(past_key.shape)} / {list(past_value.shape)}")
         first_prompt = total == s                                     # (whatever the past buffer holds)
-        tot_b = lens + 1
-        past_b = np.zeros(b, np.int64) if first_prompt else tot_b - s
         # the batch's extremes once, as ints (a numpy reduction of a few values costs ~1.5 us)
-        if b == 1:                                                    # (one sequence: no reductions)
-            p_lo = p_hi = int(past_b[0])
-            t_lo = t_hi = int(tot_b[0])
+        if b == 1:          # one sequence: its lengths as ints, then as arrays (~3 us fewer numpy steps)
+            t_lo = t_hi = int(seqlens_k.reshape(-1)[0]) + 1
+            p_lo = p_hi = 0 if first_prompt else t_hi - s
+            tot_b, past_b = np.array([t_hi], np.int64), np.array([p_lo], np.int64)
+            pos = np.arange(p_lo, p_lo + s, dtype=np.int64)[None, :]
         else:
+            tot_b = seqlens_k.astype(np.int64).reshape(-1) + 1
+            past_b = np.zeros(b, np.int64) if first_prompt else tot_b - s
+            pos = past_b[:, None] + np.arange(s)                      # (batch, seq) positions of the new tokens
             p_lo, p_hi, t_lo, t_hi = (int(past_b.min()), int(past_b.max()), int(tot_b.min()), int(tot_b.max())) \
                 if b else (0, 0, 0, 0)
         if t_hi > total or p_lo < 0 or (p_hi > n_buf and not sliding):
-            raise InvalidValueError(f"seqlens_k {lens.tolist()} do not fit sequence length {s}, past length {n_buf} "
-                                    f"and total_sequence_length {total}")
-        pos = past_b[:, None] + np.arange(s)                          # (batch, seq) positions of the new tokens
+            raise InvalidValueError(f"seqlens_k {seqlens_k.reshape(-1).tolist()} do not fit sequence length {s}, past "
+                                    f"length {n_buf} and total_sequence_length {total}")
 
         if (q_norm_weight is None) != (k_norm_weight is None):
             raise InvalidValueError("q_norm_weight and k_norm_weight must be given together")
@@ -739,8 +739,8 @@ def group_query_attention_1(*, num_heads, kv_num_heads, causal=1, do_rotary=0, k
             # rows from the longest batch's total on are hidden from every query: not read (unless
             # output_qk shows every row)
             used = rows if _n_outputs >= 4 or not b else min(rows, max(t_hi, 1))
-            key_rows = [x[:, :, :used] for x in stored]
-            key_pos = np.arange(used)[None, :]
+            key_rows = stored if used == rows else [x[:, :, :used] for x in stored]
+            key_pos = None                                            # (keys 0, 1, ..., used - 1: made if read)
         keys = k_cache.dequantize(key_rows[0], k_scale, ct)          # what the attention reads
         values = v_cache.dequantize(key_rows[1], v_scale, ct)
 
@@ -750,7 +750,7 @@ def group_query_attention_1(*, num_heads, kv_num_heads, causal=1, do_rotary=0, k
                  and (s == 1 or not causal))
         allowed = None
         if not plain:
-            kp = key_pos[:, None, :]                                  # absolute position of each key
+            kp = (np.arange(used)[None, :] if key_pos is None else key_pos)[:, None, :]   # each key's position
             allowed = kp < tot_b[:, None, None]                       # (batch, seq, keys)
             if sliding:
                 allowed = allowed & (kp >= 0)                         # (-1: padding)
@@ -773,7 +773,8 @@ def group_query_attention_1(*, num_heads, kv_num_heads, causal=1, do_rotary=0, k
             if not sliding and scores.shape[-1] <= ab.shape[-1]:      # keys 0, 1, ...: the first columns
                 ab = ab[..., :scores.shape[-1]]
             else:
-                cols = np.clip(key_pos, 0, ab.shape[-1] - 1)[:, None, None, :]
+                cols = np.clip(np.arange(used)[None, :] if key_pos is None else key_pos, 0,
+                               ab.shape[-1] - 1)[:, None, None, :]
                 ab = np.take_along_axis(np.broadcast_to(ab, (b,) + ab.shape[1:]), np.broadcast_to(
                     cols, (b, ab.shape[1], ab.shape[2], cols.shape[-1])), axis=-1)
             scores += ab
@@ -794,8 +795,13 @@ def group_query_attention_1(*, num_heads, kv_num_heads, causal=1, do_rotary=0, k
             np.exp(scores, out=scores)
             scores /= scores.sum(axis=-1, keepdims=True) + np.exp(sink - m)
             probs = scores
+        elif hidden is None and scores.size:      # no row can be all -inf: softmax's steps, in our buffer
+            scores -= _MAX(scores, axis=3, keepdims=True)
+            np.exp(scores, out=scores)
+            scores /= _SUM(scores, axis=3, keepdims=True)
+            probs = scores
         elif hidden is None:
-            probs = softmax(scores, 3)                                # no row can be all -inf
+            probs = scores
         else:
             probs = _softmax(scores, None, ct)
         if qk_output == 2 and _n_outputs >= 4:
