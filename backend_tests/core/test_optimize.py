@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_mini
-from onnx_mini.optimize import FUSED_DOMAIN
+from onnx_mini.optimize import FUSED_DOMAIN, PASSES
 from helpers import F, model
 
 FUSED = FUSED_DOMAIN
@@ -824,9 +824,11 @@ def bias_chain(second_kernel=1, second_attrs=None, second_bias=True, groups=2, e
 @pytest.mark.parametrize("groups, second_bias, attrs, dtype", [
     (2, True, None, np.float32), (1, False, None, np.float32), (2, True, dict(strides=[2, 2]), np.float32),
     (2, True, dict(auto_pad="VALID"), np.float64)])
-def test_conv_bias_carried_into_the_pointwise_conv_after_it(groups, second_bias, attrs, dtype):
+def test_conv_bias_carried_into_the_pointwise_conv_after_it(groups, second_bias, attrs, dtype, monkeypatch):
     """A's bias b moves into B's (c + V b, per group): A runs without one, the results stay those of
     the graph as written, and B's new bias is that formula."""
+    # the NCHW Convs this test reads (depthwise + pointwise would otherwise run channels-last)
+    monkeypatch.setattr("onnx_mini.optimize.PASSES", tuple(p for p in PASSES if p != "channels_last"))
     m = bias_chain(groups=groups, second_bias=second_bias, second_attrs=attrs, dtype=dtype)
     rep = check(m, [rand(2, 4, 6, 5, dtype=dtype)], ["Conv", "Conv", "Neg"])
     first, second = rep.plan.infos[:2]

@@ -25,6 +25,7 @@ from .math.activations import gelu_20, swish_24
 from .math.matmul import gemm_11, matmul, matmul_1
 from .math.softmax import SOFTMAX_VIA_F32, along_axis, softmax
 from .nn.conv import Convolution
+from .nn.conv.channels_last import ConvNHWC
 from .nn.normalization import last_axis_sums, layer_normalization_17
 from .quantization import quantize_dequantize, quantized_lookup
 
@@ -541,3 +542,27 @@ def fused_quantize_dequantize(*, q_version, dq_version, _constants=None):
     versions given: optimize/qdq_pair.py's pair, the float32 result made without the codes
     (ops/quantization.py's quantize_dequantize)."""
     return quantize_dequantize(int(q_version), int(dq_version), _constants)
+
+
+@kernel("ConvNHWC", since=1, domain=FUSED_DOMAIN, multi_output=False, heavy=True, rank="first")
+def fused_conv_nhwc(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None,
+                    activation="", activation_params=(), _constants=None):
+    """Conv on channels-last data (optimize/channels_last.py): X (N, H, W, C) and Y (N, Ho, Wo, M),
+    W and B as Conv has them (a constant W prepared once in its layout: nn/conv/channels_last.py),
+    then a residual Z (channels-last, as Y) and the activation, in place, as the fused Conv does."""
+    conv = ConvNHWC(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
+                    strides=strides, constants=_constants)
+    act = _activation(activation, activation_params) if activation else None
+    finish = _finisher(activation, activation_params)
+
+    def run(x, w, b=None, z=None):
+        y = conv(x, w, b)           # a fresh buffer of our own
+        if z is not None:
+            y = _add_into(y, z, (x, w, b, z))
+        if act is not None:
+            if y.dtype in _INPLACE:
+                act(y)
+            else:
+                y = finish(y, None)
+        return y
+    return run

@@ -29,6 +29,8 @@ or captured by a subgraph, and keep results within the official tolerances:
   codes with per-tensor scales becomes one 256-entry lookup table made by the nodes' own kernels;
 - qdq_pair.py: QuantizeLinear read back by a DequantizeLinear with the same constant per-tensor
   parameters becomes one QuantizeDequantize step (float32 in, float32 out, no codes);
+- channels_last.py: regions of 2-D Convs (one depthwise, two at least) joined by elementwise steps run
+  channels-last (fused ConvNHWC), transposed once where values enter and leave the region;
 - dead_code.py: nodes and initializers nothing reads any more.
 
 The rewritten nodes use the private domain FUSED_DOMAIN (their kernels: ops/fused.py), which
@@ -44,6 +46,7 @@ from .dead_code import eliminate_dead_nodes
 from .fold_batchnorm import fold_affine_into_batchnorm, fold_batchnorm
 from .bias_through import fold_bias_through
 from .channel_shuffle import fold_channel_shuffle
+from .channels_last import run_channels_last
 from .fuse import fuse_activations, fuse_conv_add, fuse_matmul_add
 from .identities import eliminate_identities
 from .patterns import fuse_patterns
@@ -55,7 +58,8 @@ from .shapes import fold_static_shapes
 
 __all__ = ["FUSED_DOMAIN", "OptimizationWarning", "optimize_graph", "with_fused_domain", "PASSES"]
 
-PASSES = ("dead_code", "identities", "shapes", "patterns", "fold_batchnorm", "scan_hoist", "fuse", "qdq_lut", "qdq_pair")
+PASSES = ("dead_code", "identities", "shapes", "patterns", "fold_batchnorm", "scan_hoist", "fuse", "qdq_lut", "qdq_pair",
+          "channels_last")
 
 
 def with_fused_domain(opsets: dict[str, int]) -> dict[str, int]:
@@ -107,6 +111,8 @@ def _optimize(graph, opsets, functions, outer_scope, static_inputs, passes) -> G
         push_relu_into_concat(ctx)
         fuse_activations(ctx)
         fold_channel_shuffle(ctx)
+    if "channels_last" in passes:  # after fuse and the qdq passes: it takes their fused steps as they are
+        run_channels_last(ctx)
     if "dead_code" in passes:
         eliminate_dead_nodes(ctx)
     return ctx.graph_result()

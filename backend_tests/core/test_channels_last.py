@@ -1,0 +1,222 @@
+"""optimize/channels_last.py: regions of 2-D Convs (two at least, one depthwise) joined by elementwise
+steps run channels-last (fused ConvNHWC), with Transposes only where values enter or leave the
+region; where it fires, where it must not, and the values against the graph run as written."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx_mini
+from onnx_mini.optimize import FUSED_DOMAIN, PASSES
+from helpers import F, model
+
+pytestmark = pytest.mark.filterwarnings("error::onnx_mini.optimize.OptimizationWarning")
+RNG = np.random.default_rng(11)
+NHWC = (FUSED_DOMAIN, "ConvNHWC")
+T = ("", "Transpose")
+
+
+def init(name, value):
+    return numpy_helper.from_array(np.asarray(value), name)
+
+
+def rand(*shape, dtype=np.float32):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+def steps(rep):
+    return [(i.domain, i.op_type) for i in rep.plan.infos]
+
+
+def check(m, feeds, rtol=1e-5, atol=1e-5):
+    """-> (the optimised model, its steps); its results are those of the graph as written."""
+    opt, raw = onnx_mini.prepare(m), onnx_mini.prepare(m, optimize=False)
+    got, ref = opt.run(feeds), raw.run(feeds)
+    for g, r in zip(got, ref):
+        assert g.dtype == r.dtype and g.shape == r.shape
+        np.testing.assert_allclose(g, r, rtol=rtol, atol=atol)
+    return opt, steps(opt)
+
+
+def block(c=16, m=24, extra_nodes=(), outputs=("y",), x_shape=(2, 16, 12, 10), dtype=np.float32, dw_attrs=None,
+          pw_w=None):
+    """x -> depthwise 3x3 (Clip 0..6) -> pointwise (c -> m) -> Relu -> y, weights constants."""
+    ft = F if dtype == np.float32 else TensorProto.DOUBLE
+    nodes = [helper.make_node("Conv", ["x", "wd", "bd"], ["d"], group=c, pads=[1, 1, 1, 1], **(dw_attrs or {})),
+             helper.make_node("Clip", ["d", "lo", "hi"], ["dc"]),
+             helper.make_node("Conv", ["dc", "wp"], ["p"]),
+             helper.make_node("Relu", ["p"], ["y"]), *extra_nodes]
+    inits = [init("wd", rand(c, 1, 3, 3, dtype=dtype)), init("bd", rand(c, dtype=dtype)),
+             init("lo", np.array(0, dtype)), init("hi", np.array(6, dtype)),
+             init("wp", rand(m, c, 1, 1, dtype=dtype) if pw_w is None else pw_w)]
+    return model(nodes, [("x", ft, list(x_shape))], [(o, ft, None) for o in outputs], inits)
+
+
+def test_depthwise_pointwise_block_runs_channels_last():
+    x = rand(2, 16, 12, 10)
+    rep, s = check(block(), [x])
+    assert s == [T, NHWC, NHWC, T]          # Clip and Relu fused into the Convs, one Transpose each way
+    info = rep.plan.infos[1]
+    assert info.fused_from and "Conv" in info.fused_from[0]
+
+
+def test_values_match_onnxruntime_and_callers_arrays_untouched():
+    x = rand(1, 16, 9, 13)
+    keep = x.copy()
+    x.flags.writeable = False
+    m = block(x_shape=(1, 16, 9, 13))
+    y = onnx_mini.prepare(m).run([x])[0]
+    np.testing.assert_array_equal(x, keep)
+    ort = pytest.importorskip("onnxruntime")
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": keep})[0]
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["pointwise_only", "one_depthwise", "dilated", "fed_weights", "float16",
+                                  "grouped", "optimize_off"])
+def test_does_not_fire(case):
+    x = rand(2, 16, 12, 10)
+    if case == "pointwise_only":
+        m = block(extra_nodes=[helper.make_node("Conv", ["y", "wq"], ["z"])], outputs=("z",))
+        del m.graph.node[0].attribute[:]                          # group 1, 1x1: no depthwise
+        m.graph.initializer[0].CopyFrom(init("wd", rand(16, 16, 1, 1)))
+        m.graph.initializer.append(init("wq", rand(8, 24, 1, 1)))
+    elif case == "one_depthwise":
+        m = block()
+        del m.graph.node[2:]
+        m.graph.node.append(helper.make_node("Relu", ["dc"], ["y"]))
+    elif case == "dilated":
+        m = block(dw_attrs=dict(dilations=[2, 2]))
+    elif case == "fed_weights":
+        m = block()
+        m.graph.input.append(helper.make_tensor_value_info("wp", F, [24, 16, 1, 1]))
+        del m.graph.initializer[4]
+    elif case == "float16":
+        m = block()
+        for i, name in ((0, "wd"), (1, "bd"), (2, "lo"), (3, "hi"), (4, "wp")):
+            half = numpy_helper.to_array(m.graph.initializer[i]).astype(np.float16)
+            m.graph.initializer[i].CopyFrom(init(name, half))
+        m.graph.input[0].type.tensor_type.elem_type = TensorProto.FLOAT16
+        m.graph.output[0].type.tensor_type.elem_type = TensorProto.FLOAT16
+        x = x.astype(np.float16)
+    elif case == "grouped":                 # group 4 of 16 channels: neither 1 nor depthwise
+        m = block()
+        m.graph.node[0].attribute[0].i = 4
+        m.graph.initializer[0].CopyFrom(init("wd", rand(16, 4, 3, 3)))
+    else:
+        m = block()
+    feeds = [x]
+    if case == "fed_weights":
+        feeds.append(rand(24, 16, 1, 1))
+    if case == "optimize_off":
+        assert all(d == "" for d, _ in steps(onnx_mini.prepare(m, optimize=False)))
+        return
+    rep, s = check(m, feeds, rtol=1e-2 if case == "float16" else 1e-5, atol=1e-2 if case == "float16" else 1e-5)
+    assert NHWC not in s and T not in s
+
+
+def test_pass_can_be_left_out(monkeypatch):
+    monkeypatch.setattr("onnx_mini.optimize.PASSES", tuple(p for p in PASSES if p != "channels_last"))
+    assert NHWC not in steps(onnx_mini.prepare(block()))
+
+
+def test_graph_output_and_outside_reader_inside_a_region():
+    # dc is a graph output and read by a Softmax over the channels (not layout-agnostic): both read the
+    # NCHW value from one Transpose back, while the region goes on channels-last to y
+    extra = [helper.make_node("Softmax", ["dc"], ["s"], axis=1)]
+    m = block(extra_nodes=extra, outputs=("y", "dc", "s"))
+    rep, s = check(m, [rand(2, 16, 12, 10)])
+    assert s.count(NHWC) == 2 and s.count(T) == 3       # x in; dc and y out
+    assert ("", "Softmax") in s
+
+
+def test_residual_add_of_two_region_values_stays_inside():
+    # depthwise -> pointwise p; p + depthwise(p) (a residual) -> Mul by a one-element constant -> pointwise
+    c = 16
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], group=c, pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["a", "w2", "b2"], ["p"]),
+             helper.make_node("Conv", ["p", "w3"], ["q"], group=c, pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["p", "q"], ["r"]),
+             helper.make_node("Mul", ["r", "half"], ["h"]),
+             helper.make_node("Conv", ["h", "w4"], ["y"])]
+    inits = [init("w1", rand(c, 1, 3, 3)), init("w2", rand(c, c, 1, 1)), init("b2", rand(c)),
+             init("w3", rand(c, 1, 3, 3)), init("half", np.array([[[[0.5]]]], np.float32)),
+             init("w4", rand(8, c, 1, 1))]
+    m = model(nodes, [("x", F, [1, c, 7, 9])], [("y", F, None)], inits)
+    rep, s = check(m, [rand(1, c, 7, 9)])
+    assert s.count(T) == 2 and s.count(NHWC) == 4       # the Add was folded as Conv q's residual
+    assert all(op in ("Transpose", "ConvNHWC", "Mul", "Add") for _, op in s)
+
+
+def test_residual_from_outside_enters_through_a_transpose():
+    c = 16
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], group=c, pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["a", "w2"], ["p"]),
+             helper.make_node("Add", ["p", "x"], ["y"])]
+    inits = [init("w1", rand(c, 1, 3, 3)), init("w2", rand(c, c, 1, 1))]
+    m = model(nodes, [("x", F, [2, c, 5, 6])], [("y", F, None)], inits)
+    rep, s = check(m, [rand(2, c, 5, 6)])
+    assert s.count(T) == 2 and s.count(NHWC) == 2       # x transposed once, read by both as NHWC
+
+
+def test_stem_with_few_channels_stays_nchw():
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["s"], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["s"], ["x1"])]
+    m = block(x_shape=(1, 3, 24, 20))
+    m.graph.node[0].input[0] = "x1"
+    for n in reversed(nodes):
+        m.graph.node.insert(0, n)
+    m.graph.initializer.append(init("w0", rand(16, 3, 3, 3)))
+    rep, s = check(m, [rand(1, 3, 24, 20)])
+    assert s[0] == (FUSED_DOMAIN, "Conv") and s[1:] == [T, NHWC, NHWC, T]
+
+
+def qdq(x, y, scale, zp, prefix):
+    return [helper.make_node("QuantizeLinear", [x, f"{prefix}_s", f"{prefix}_z"], [f"{prefix}_q"]),
+            helper.make_node("DequantizeLinear", [f"{prefix}_q", f"{prefix}_s", f"{prefix}_z"], [y])]
+
+
+def test_qdq_chain_runs_channels_last():
+    c = 16
+    nodes = [*qdq("x", "xd", 0.05, 128, "in"),
+             helper.make_node("Conv", ["xd", "w1", "b1"], ["a"], group=c, pads=[1, 1, 1, 1]),
+             *qdq("a", "ad", 0.1, 128, "a"),
+             helper.make_node("HardSwish", ["ad"], ["hs"]),
+             *qdq("hs", "hd", 0.1, 128, "h"),
+             helper.make_node("Conv", ["hd", "w2", "b2"], ["p"]),
+             *qdq("p", "y", 0.2, 128, "p")]
+    inits = [init("w1", rand(c, 1, 3, 3)), init("b1", rand(c)), init("w2", rand(24, c, 1, 1)), init("b2", rand(24))]
+    for prefix, s in (("in", 0.05), ("a", 0.1), ("h", 0.1), ("p", 0.2)):
+        inits += [init(f"{prefix}_s", np.array(s, np.float32)), init(f"{prefix}_z", np.array(128, np.uint8))]
+    m = model(nodes, [("x", F, [1, c, 10, 11])], [("y", F, None)], inits)
+    x = rand(1, c, 10, 11)
+    opt, raw = onnx_mini.prepare(m), onnx_mini.prepare(m, optimize=False)
+    s = steps(opt)
+    qd, lut = (FUSED_DOMAIN, "QuantizeDequantize"), (FUSED_DOMAIN, "LookupTable")
+    assert s == [qd, T, NHWC, lut, NHWC, qd, T]      # the QDQ steps between and after the Convs: NHWC
+    got, ref = opt.run([x])[0], raw.run([x])[0]
+    # a code may differ by one where a float lands on a rounding tie (sums in another order)
+    assert np.abs(got - ref).max() <= 0.2 + 1e-6
+    assert np.mean(got != ref) < 0.01
+
+
+def test_if_branch_capturing_a_region_value_reads_nchw():
+    then = helper.make_graph([helper.make_node("Softmax", ["dc"], ["t"], axis=1)], "then", [],
+                             [helper.make_tensor_value_info("t", F, None)])
+    other = helper.make_graph([helper.make_node("Identity", ["dc"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", F, None)])
+    extra = [helper.make_node("If", ["cond"], ["z"], then_branch=then, else_branch=other)]
+    m = block(extra_nodes=extra, outputs=("y", "z"))
+    m.graph.input.append(helper.make_tensor_value_info("cond", TensorProto.BOOL, []))
+    for cond in (True, False):
+        rep, s = check(m, [rand(2, 16, 12, 10), np.array(cond)])
+        assert s.count(NHWC) == 2 and s.count(T) == 3
+
+
+@pytest.mark.parametrize("c, fires", [(16, False), (48, True)])
+def test_strided_depthwise_of_few_channels_stays_nchw(c, fires):
+    # 3x3 /2 depthwise with <= 32 channels: NCHW's im2col is faster (ops/nn/conv/channels_last.worthwhile)
+    m = block(c=c, x_shape=(1, c, 12, 10), dw_attrs=dict(strides=[2, 2]))
+    rep, s = check(m, [rand(1, c, 12, 10)])
+    assert (s == [T, NHWC, NHWC, T]) if fires else (NHWC not in s)

@@ -1,0 +1,260 @@
+"""Convolution on channels-last data: X (N, H, W, C) in, Y (N, Ho, Wo, M) out, W and B as the ONNX
+Conv has them (optimize/channels_last.py runs whole regions of a depthwise-separable network so, with
+no transposes between its layers; the kernel is ops/fused.py's ConvNHWC).
+
+The sums are the Conv's (the spec's: spec.py); only their order changes. Per input shape one plan:
+- pointwise (1x1, stride 1, no padding, group 1): Y = X[N*H*W, C] @ W^T[C, M], no copy at all;
+- depthwise (group = C = M): a zero-padded channels-last copy and one einsum over its windows against
+  the taps [kh, kw, C]; at stride 1 along the width a window row is one contiguous run of Wo*C values,
+  summed against the taps tiled Wo times (one long inner loop per row, as depthwise_channels_last.py);
+  strided along the width, narrow outputs sum the 6-d windows directly, wide ones read the padded
+  input stored as column phases (_depthwise_phased);
+- the rest of group 1 (the stem 3x3/2, strided or padded 1x1): im2col on the channels-last input (the
+  window view copied to [N*Ho*Wo, kh*kw*C]) and one product with W as [kh*kw*C, M].
+Anything else (another type, group or rank, shapes that do not fit) runs the NCHW Convolution on the
+transposed input, which also raises the Conv's errors.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .... import blas, parallel
+from ..._common import by_shape, prepack
+from .._common import finite, geometry, read_extent, read_region, strided_view
+from . import thresholds
+from .run import Convolution
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+# group 1 with a kernel larger than 1x1: channels-last im2col from this many input channels; below, the
+# window rows are runs of kw*C values too short to copy fast (the stem 3x224x224 -> 16/32 3x3 /2: NCHW Conv
+# + its output transposed 1.04-1.12 ms against 1.39-1.70 for the input transposed + this im2col, under load)
+IM2COL_MIN_CHANNELS = 16
+# strided depthwise: one einsum over the 6-d windows (inner loop C) up to this output width, the
+# column phases above (3x3 /2, under load: 48x14x14 25 against 38 us, 512x14x14 99/156, 128x28x28
+# 131/137, 24x28x28 75/77 (outputs 14 wide); 64x56x56 353/191, 16x56x56 315/115 (28 wide))
+DW_WINDOWS_MAX_WIDTH = 14
+
+
+def im2col_weights(w: np.ndarray) -> np.ndarray:
+    """W (M, C, kh, kw) -> (kh*kw*C, M): the rows in a channels-last window's order."""
+    m = w.shape[0]
+    return np.ascontiguousarray(w.transpose(2, 3, 1, 0).reshape(-1, m))
+
+
+def depthwise_taps(w: np.ndarray) -> np.ndarray:
+    """W (C, 1, kh, kw) -> (kh, kw, C)."""
+    return np.ascontiguousarray(w[:, 0].transpose(1, 2, 0))
+
+
+def worthwhile(w: np.ndarray, group: int, strides) -> bool:
+    """Whether a Conv with this constant W (group, strides) runs faster channels-last than NCHW (the pass
+    asks). A strided depthwise Conv of few channels stays NCHW, where its im2col is the fastest
+    (thresholds.DW_IM2COL_MAX_CHANNELS; mobilenet_qdq's 3x3 /2 layers, profiled under load, NHWC against
+    NCHW: 16x112x112 398 / 338 us, 16x56x56 155 / 107)."""
+    if group != 1:
+        return w.shape[0] > thresholds.DW_IM2COL_MAX_CHANNELS or all(int(s) == 1 for s in strides or ())
+    return w.shape[2:] == (1, 1) or w.shape[1] >= IM2COL_MIN_CHANNELS
+
+
+class ConvNHWC:
+    """conv(x, w, b=None) -> Y channels-last, for a Conv with these attributes; constants: {1: W, 2: B}."""
+
+    def __init__(self, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None,
+                 constants=None):
+        constants = constants or {}
+        self.nchw = Convolution(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape,
+                                pads=pads, strides=strides, constants=constants)
+        self.auto_pad, self.dilations, self.group = auto_pad, dilations, group
+        self.kernel_shape, self.pads, self.strides = kernel_shape, pads, strides
+        # a constant W's one layout, made once (1x1: im2col's [C, M] is W^T, the pointwise product's)
+        self.weights = prepack(im2col_weights if group == 1 else depthwise_taps, constants, (1,))
+        self.tiled = {}         # Wo (or the slots' key) -> the constant taps tiled along a window row
+        self.w_const = constants.get(1)
+        self.plan = by_shape(self._plan)
+
+    def _plan(self, key):
+        """(x shape, w shape) -> (kind, geometry) or None when the NCHW path must run."""
+        xs, ws = key
+        if len(xs) != 4 or len(ws) != 4:
+            return None
+        n, h, wd, c = xs
+        m, cw, kh, kw = ws
+        if self.kernel_shape is not None and list(self.kernel_shape) != [kh, kw]:
+            return None
+        if any(int(d) != 1 for d in self.dilations or ()):
+            return None
+        if self.group == 1 and cw == c:
+            kind = "im2col"
+        elif self.group == c and m == c and cw == 1:
+            kind = "depthwise"
+        else:
+            return None
+        strides = [int(s) for s in self.strides] if self.strides else [1, 1]
+        try:
+            begin, end, out = geometry((h, wd), (kh, kw), strides, [1, 1], self.pads, self.auto_pad)
+        except Exception:
+            return None
+        if kind == "im2col" and kh == kw == 1 and strides == [1, 1] and not any(begin) and not any(end):
+            kind = "pointwise"
+        need = [read_extent(o, s, k, 1) for o, s, k in zip(out, strides, (kh, kw))]
+        dst, src = read_region((h, wd), begin, need)
+        phases = _column_phases(wd, begin[1], strides[1], kw, out[1]) if kind == "depthwise" else None
+        return kind, strides, out, need, dst, src, phases
+
+    def __call__(self, x, w, b=None):
+        if (x.dtype not in _FLOATS or w.dtype != x.dtype or (b is not None and (b.dtype != x.dtype or b.ndim != 1
+                                                                                 or b.shape[0] != w.shape[0]))):
+            return self._nchw(x, w, b)
+        plan = self.plan((x.shape, w.shape))
+        if plan is None:
+            return self._nchw(x, w, b)
+        kind, strides, out, need, dst, src, _ = plan
+        n, c, m = x.shape[0], x.shape[3], w.shape[0]
+        if kind == "pointwise":
+            y = blas.matmul(x.reshape(-1, c), self.weights(w)).reshape(n, *out, m)
+        elif kind == "depthwise" and strides[1] > 1 and out[1] > DW_WINDOWS_MAX_WIDTH:
+            y = self._depthwise_phased(x, w, strides, out, plan)
+        else:
+            xp = self._padded(x, need, dst, src)
+            if kind == "depthwise":
+                y = self._depthwise(xp, w, strides, out)
+            else:
+                y = self._im2col(xp, w, strides, out)
+        if b is not None:
+            y += b
+        return y
+
+    def _nchw(self, x, w, b):
+        if x.ndim != 4:
+            raise ValueError(f"the channels-last Conv takes a 4-D X, got {list(x.shape)}")
+        return np.ascontiguousarray(self.nchw(x.transpose(0, 3, 1, 2), w, b).transpose(0, 2, 3, 1))
+
+    @staticmethod
+    def _padded(x, need, dst, src):
+        """x in a zero buffer (n, *need, c): the padded positions the windows read (x itself when the
+        windows read exactly x)."""
+        if list(x.shape[1:3]) == need and all(d.start == 0 for d in dst) and x.flags.c_contiguous:
+            return x
+        xp = np.zeros((x.shape[0], *need, x.shape[3]), x.dtype)
+        xp[:, dst[0], dst[1]] = x[:, src[0], src[1]]
+        return xp
+
+    def _im2col(self, xp, w, strides, out):
+        n, c = xp.shape[0], xp.shape[3]
+        kh, kw = w.shape[2:]
+        s0, s1, s2, s3 = xp.strides
+        view = strided_view(xp, (n, *out, kh, kw, c), (s0, s1 * strides[0], s2 * strides[1], s1, s2, s3))
+        cols = np.empty((n, *out, kh, kw, c), xp.dtype)
+        np.copyto(cols, view)
+        y = blas.matmul(cols.reshape(-1, kh * kw * c), self.weights(w))
+        return y.reshape(n, *out, w.shape[0])
+
+    def _depthwise(self, xp, w, strides, out):
+        n, c = xp.shape[0], xp.shape[3]
+        kh, kw = w.shape[2:]
+        oh, ow = out
+        taps = self.weights(w)
+        s0, s1, s2, s3 = xp.strides
+        y = np.empty((n, oh, ow, c), xp.dtype)
+        if strides[1] == 1:     # a window row: Wo*C contiguous values against the taps tiled Wo times
+            windows = strided_view(xp, (n, oh, kh, kw, ow * c), (s0, s1 * strides[0], s1, s2, s3))
+            wt = self._tiled(taps, w, ow)
+            rows, subscripts = y.reshape(n, oh, ow * c), "nhabr,abr->nhr"
+        else:
+            windows = strided_view(xp, (n, oh, ow, kh, kw, c), (s0, s1 * strides[0], s2 * strides[1], s1, s2, s3))
+            wt, rows, subscripts = taps, y, "nhwabc,abc->nhwc"
+
+        def part(r0, r1):
+            np.einsum(subscripts, windows[:, r0:r1], wt, out=rows[:, r0:r1])
+        macs = n * ow * c * kh * kw
+        parallel.split(part, oh, max(1, thresholds.DW_MIN_PART_MACS // max(1, macs)))
+        return y
+
+    def _depthwise_phased(self, x, w, strides, out, plan):
+        """Stride s > 1 along the width: the padded input stored as its s column phases (phase p's
+        column j holding padded column j*s + p), so that kernel column t reads a contiguous run of
+        Wo*C values from phase t % s, column t // s on. One einsum over the (row, phase, column) slots,
+        those without a tap weighted 0 (3x3 /2: 12 slots for 9 taps); a slot without a tap still reads
+        a value, and 0 * inf is NaN: when the sums are not all finite they are made again from the taps
+        alone, one einsum over the rows per kernel column. (Under load, 3x3 /2: 16x112x112 309 us, per
+        column 344, the 6-d windows einsum 1160; 16x56x56 84 / 115 / 315.)"""
+        n, c = x.shape[0], x.shape[3]
+        kh, kw = w.shape[2:]
+        oh, ow = out
+        sh, sw = strides
+        _, _, _, need, dst, src, (cols, regions) = plan
+        nq = (kw - 1) // sw + 1
+        xp = np.zeros((n, need[0], sw, cols, c), x.dtype)
+        for p, (lo, hi), cs in regions:
+            xp[:, dst[0], p, lo:hi] = x[:, src[0], cs]
+        taps = self.weights(w)
+        wt = self._tiled(taps, w, ow)
+        slots = self._slots(wt, w, sw, nq)
+        y = np.empty((n, oh, ow, c), x.dtype)
+        rows = y.reshape(n, oh, ow * c)
+        s0, s1, s2, s3, s4 = xp.strides
+        windows = np.lib.stride_tricks.as_strided(xp, (n, oh, kh, sw, nq, ow * c), (s0, s1 * sh, s1, s2, s3, s4),
+                                                  writeable=False)
+        macs = n * ow * c * kh * sw * nq
+        split = max(1, thresholds.DW_MIN_PART_MACS // max(1, macs))
+
+        def part(r0, r1):
+            np.einsum("nhapqr,apqr->nhr", windows[:, r0:r1], slots, out=rows[:, r0:r1])
+        parallel.split(part, oh, split)
+        if sw * nq == kw:
+            return y
+        with np.errstate(over="ignore", invalid="ignore"):
+            sums = np.add.reduce(rows.reshape(-1, ow * c), axis=0)     # a vector add per row: cheap
+        if finite(sums):
+            return y
+        views = [windows[:, :, :, t % sw, t // sw] for t in range(kw)]
+
+        def by_column(r0, r1):
+            tmp = np.empty_like(rows[:, r0:r1])
+            for t, view in enumerate(views):
+                np.einsum("nhar,ar->nhr", view[:, r0:r1], wt[:, t], out=rows[:, r0:r1] if t == 0 else tmp)
+                if t:
+                    rows[:, r0:r1] += tmp
+        parallel.split(by_column, oh, split)
+        return y
+
+    def _slots(self, wt, w, sw, nq):
+        """The tiled taps (kh, kw, Wo*C) placed in the (kh, s, nq, Wo*C) slots, zeros where no tap."""
+        key = ("slots", wt.shape)
+        made = self.tiled.get(key) if w is self.w_const else None
+        if made is None:
+            kh, kw, r = wt.shape
+            made = np.zeros((kh, sw, nq, r), wt.dtype)
+            for t in range(kw):
+                made[:, t % sw, t // sw] = wt[:, t]
+            if w is self.w_const and len(self.tiled) < 32:
+                made.flags.writeable = False
+                self.tiled[key] = made
+        return made
+
+    def _tiled(self, taps, w, ow):
+        if w is not self.w_const:
+            return np.tile(taps, (1, 1, ow))
+        key = ow
+        t = self.tiled.get(key)
+        if t is None:
+            t = np.tile(taps, (1, 1, ow))
+            t.flags.writeable = False
+            if len(self.tiled) < 16:
+                self.tiled[key] = t
+        return t
+
+
+def _column_phases(size, begin, s, k, out):
+    """(columns per phase, [(phase p, (lo, hi) its columns holding input, the input columns' slice)]) of
+    a width `size` padded by `begin`, read at stride s by k taps for `out` outputs."""
+    cols = out + (k - 1) // s
+    regions = []
+    for p in range(s):
+        lo = max(0, -((p - begin) // s))
+        hi = min(cols, (size - 1 + begin - p) // s + 1)
+        if hi > lo:
+            first = lo * s + p - begin
+            regions.append((p, (lo, hi), slice(first, first + (hi - lo - 1) * s + 1, s)))
+    return cols, regions

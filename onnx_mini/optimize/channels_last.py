@@ -1,0 +1,204 @@
+"""Regions of 2-D convolutions run channels-last (NHWC), as onnxruntime's NHWC transformer does for
+depthwise-separable networks (MobileNets): numpy's depthwise sums are ~2x faster on channels-last
+data (one einsum over the windows of a padded NHWC image) and a pointwise Conv is then a plain
+product X[N*H*W, C] @ W^T[C, M], while transposing to and from channels-last around each depthwise
+Conv cost about half of its time (benchmarks/bench_floors.py's depthwise tables).
+
+A region: Conv nodes (default domain, or the fused Conv with its activation / residual, no channel
+shuffle) of rank 4 with a constant float32 / float64 W, dilation 1, group 1 or depthwise (W (C, 1,
+kh, kw), group C), joined through layout-agnostic nodes whose data inputs all come from the region:
+unary elementwise ops, binary elementwise ops whose other operand is a one-element constant (or both
+operands region values: a residual Add), per-tensor QuantizeLinear / DequantizeLinear and the fused
+QuantizeDequantize / LookupTable / Swish / Gelu steps. A connected region holding at least two Convs
+of which one is depthwise is rewritten: each Conv becomes a fused ConvNHWC (ops/fused.py: X, Y and a
+residual channels-last, W and B as Conv has them), the agnostic nodes stay as they are on NHWC
+values (new names: no declared value_info describes them), a Transpose to NHWC is made where an outside
+value enters, and a Transpose back writes the original NCHW value wherever it is read outside the
+region (a graph output, another node, a subgraph). Every value keeps its elements, only their order
+changes: the sums are the Conv's in another order (float tolerances), the elementwise steps the same.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from ..graph import Node
+from ..ops.nn.conv.channels_last import worthwhile
+from ._context import FUSED_DOMAIN, Context, written_nodes
+from .qdq_lut import _UNARY
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_ONE_CONSTANT = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "PRelu"}   # x op c, c one element
+_TWO_REGION = {"Add", "Sub", "Mul", "Div", "Max", "Min"}     # both rank-4 region values, permuted alike
+_FUSED_UNARY = {"QuantizeDequantize", "LookupTable", "Swish", "Gelu"}
+_CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides", "activation",
+               "activation_params")
+TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
+MIN_CONVS = 2           # a region's Convs, at least one depthwise (what the layout change pays for)
+
+
+def run_channels_last(ctx: Context) -> bool:
+    convs = {id(n): n for n in ctx.nodes if _conv(ctx, n) is not None}
+    data = {i: [x for x in (n.inputs[0], n.inputs[3] if len(n.inputs) > 3 else "") if x]
+            for i, n in convs.items()}
+    region = dict(convs)
+    changed = True
+    while changed:          # agnostic nodes whose data inputs all come from the region join it
+        changed = False
+        for n in ctx.nodes:
+            if id(n) in region:
+                continue
+            xs = _agnostic(ctx, n)
+            if xs and all(id(ctx.producer.get(x)) in region for x in xs):
+                region[id(n)], data[id(n)] = n, xs
+                changed = True
+    kept = _components(ctx, region, data, convs)
+    if not kept:
+        return False
+    _rewrite(ctx, [n for n in ctx.nodes if id(n) in kept], data, convs)
+    return True
+
+
+def _conv(ctx: Context, n: Node):
+    """W's constant value when `n` is a Conv the channels-last kernel takes, else None."""
+    if n.opsets or len(n.outputs) != 1 or len(n.inputs) < 2 or not n.inputs[0] or not n.inputs[1]:
+        return None
+    if n.domain == FUSED_DOMAIN:
+        if n.op_type != "Conv" or n.attrs.get("shuffle"):
+            return None
+    elif not ctx.is_op(n, "Conv"):
+        return None
+    if not ctx.is_constant(n.inputs[1]):
+        return None
+    w = ctx.value(n.inputs[1])
+    if not isinstance(w, np.ndarray) or w.ndim != 4 or w.dtype not in _FLOATS or 0 in w.shape:
+        return None
+    a = n.attrs
+    group = int(a.get("group", 1))
+    if any(int(d) != 1 for d in a.get("dilations") or ()):
+        return None
+    if a.get("kernel_shape") is not None and [int(k) for k in a["kernel_shape"]] != list(w.shape[2:]):
+        return None
+    if group != 1 and not (w.shape[1] == 1 and w.shape[0] == group):
+        return None
+    if not worthwhile(w, group, a.get("strides")):      # e.g. the stem's few input channels: NCHW
+        return None
+    if len(n.inputs) > 3 and n.inputs[3]:
+        if ctx.rank(n.inputs[3]) != 4:      # a residual of another rank broadcasts by position
+            return None
+    return w
+
+
+def _depthwise(n: Node) -> bool:
+    return int(n.attrs.get("group", 1)) != 1
+
+
+def _agnostic(ctx: Context, n: Node) -> list[str] | None:
+    """The data inputs of `n` when it is elementwise whatever the layout, else None."""
+    if n.opsets or len(n.outputs) != 1 or not n.inputs or not n.inputs[0]:
+        return None
+    op = n.op_type
+    if n.domain == FUSED_DOMAIN:
+        if op in _FUSED_UNARY and all(ctx.is_constant(x) for x in n.inputs[1:]):
+            return [n.inputs[0]]
+        return None
+    if not ctx.is_op(n, op):
+        return None
+    if op in _UNARY and len(n.inputs) == 1:
+        return [n.inputs[0]]
+    if op == "Clip" and all(_one_number(ctx, x) for x in n.inputs[1:] if x):
+        return [n.inputs[0]]
+    if op in ("QuantizeLinear", "DequantizeLinear") and not n.attrs.get("block_size"):
+        ins = n.inputs
+        if len(ins) >= 2 and all(x and ctx.is_constant(x) and _scalar(ctx.value(x)) for x in ins[1:3] if x):
+            return [ins[0]]
+        return None
+    if op in _ONE_CONSTANT and len(n.inputs) == 2 and ctx.version(n) >= 7 and all(n.inputs):
+        a, b = n.inputs
+        ca, cb = ctx.is_constant(a), ctx.is_constant(b)
+        if ca != cb:
+            x, c = (b, a) if ca else (a, b)
+            if _one_number(ctx, c) and not (op == "PRelu" and x != a):
+                return [x]
+        elif not ca and op in _TWO_REGION:
+            return [a, b]
+    return None
+
+
+def _scalar(v) -> bool:
+    return isinstance(v, np.ndarray) and v.ndim == 0
+
+
+def _one_number(ctx: Context, name: str) -> bool:
+    """A constant holding one number, of rank <= 4 (it broadcasts alike in either layout)."""
+    v = ctx.value(name) if ctx.is_constant(name) else None
+    return isinstance(v, np.ndarray) and v.size == 1 and v.ndim <= 4
+
+
+def _components(ctx: Context, region: dict, data: dict, convs: dict) -> set[int]:
+    """The ids of the region's nodes in connected parts holding MIN_CONVS Convs, one depthwise."""
+    parent = {i: i for i in region}
+
+    def root(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+    for i, xs in data.items():
+        if i not in region:
+            continue
+        for x in xs:
+            p = ctx.producer.get(x)
+            if p is not None and id(p) in region:
+                parent[root(i)] = root(id(p))
+    count: dict[int, list[int]] = {}
+    for i, n in convs.items():
+        c = count.setdefault(root(i), [0, 0])
+        c[0] += 1
+        c[1] += _depthwise(n)
+    good = {r for r, (k, d) in count.items() if k >= MIN_CONVS and d >= 1}
+    return {i for i in region if root(i) in good}
+
+
+def _rewrite(ctx: Context, nodes: list[Node], data: dict, convs: dict) -> None:
+    inside = {id(n) for n in nodes}
+    nhwc = {o: ctx.new_name(o + "_nhwc") for n in nodes for o in n.outputs if o}
+    entering: dict[str, str] = {}       # outside value -> its channels-last copy
+    for n in nodes:
+        before, after = [], []
+        ins = list(n.inputs)
+        for k, x in enumerate(ins):
+            if not x or x not in data[id(n)] or (k not in (0, 3) and id(n) in convs):
+                continue
+            if x in nhwc:
+                ins[k] = nhwc[x]
+                continue
+            if x not in entering:
+                entering[x] = ctx.new_name(x + "_nhwc")
+                before.append(_transpose(x, entering[x], TO_NHWC, n.index))
+            ins[k] = entering[x]
+        out = n.outputs[0]
+        readers = ctx.consumers.get(out, [])
+        if out in ctx.outputs or any(id(r) not in inside or _reads_as_other(r, out, data, convs) for r in readers):
+            after.append(_transpose(nhwc[out], out, TO_NCHW, n.index))
+        if id(n) in convs:
+            attrs = {k: n.attrs[k] for k in _CONV_ATTRS if k in n.attrs}
+            new = ctx.fused_node(n, "ConvNHWC", ins, (nhwc[out],), attrs)
+            new = replace(new, fused_from=written_nodes([n]))
+        else:
+            new = replace(n, inputs=tuple(ins), outputs=(nhwc[out],))
+        ctx.replace([n], [*before, new, *after])
+
+
+def _reads_as_other(reader: Node, name: str, data: dict, convs: dict) -> bool:
+    """A region node reading `name` other than as a data input (it then reads the NCHW value)."""
+    for k, x in enumerate(reader.inputs):
+        if x == name and (x not in data[id(reader)] or (id(reader) in convs and k not in (0, 3))):
+            return True
+    return name in reader.captures
+
+
+def _transpose(src: str, dst: str, perm: list[int], index: int) -> Node:
+    return Node(name="", op_type="Transpose", domain="", inputs=(src,), outputs=(dst,), attrs={"perm": list(perm)},
+                index=index)
