@@ -220,3 +220,134 @@ def test_strided_depthwise_of_few_channels_stays_nchw(c, fires):
     m = block(c=c, x_shape=(1, c, 12, 10), dw_attrs=dict(strides=[2, 2]))
     rep, s = check(m, [rand(1, c, 12, 10)])
     assert (s == [T, NHWC, NHWC, T]) if fires else (NHWC not in s)
+
+
+# -- QLinearConv (the QOperator form): QLinearConvNHWC, bit for bit the NCHW kernel's codes --------------
+
+QNHWC = (FUSED_DOMAIN, "QLinearConvNHWC")
+U8, I8 = TensorProto.UINT8, TensorProto.INT8
+
+
+def qconv(x, y, prefix, w, group=1, pads=(1, 1, 1, 1), strides=(1, 1), w_scale=None, bias=True):
+    """A QLinearConv node x -> y (scales/zero points named after prefix) and its initializers."""
+    m = w.shape[0]
+    inits = [init(f"{prefix}_w", w), init(f"{prefix}_ws", w_scale if w_scale is not None else np.float32(0.02)),
+             init(f"{prefix}_wz", np.int8(0)), init(f"{prefix}_ys", np.float32(0.3)),
+             init(f"{prefix}_yz", np.uint8(128))]
+    ins = [x, "xs", "xz", f"{prefix}_w", f"{prefix}_ws", f"{prefix}_wz", f"{prefix}_ys", f"{prefix}_yz"]
+    if bias:
+        inits.append(init(f"{prefix}_b", RNG.integers(-3000, 3000, m).astype(np.int32)))
+        ins.append(f"{prefix}_b")
+    attrs = dict(group=group, pads=list(pads), strides=list(strides)) if w.shape[2] > 1 else dict(group=group)
+    return helper.make_node("QLinearConv", ins, [y], **attrs), inits
+
+
+def qweights(*shape, extreme=False):
+    if extreme:
+        return RNG.choice(np.array([-128, 127], np.int8), size=shape)
+    return RNG.integers(-128, 128, size=shape).astype(np.int8)
+
+
+def qblock(c=16, m=24, x_shape=(2, 16, 9, 10), outputs=("y",), dw_attrs=None, extra_nodes=(), extreme=False,
+           per_channel=False, xz=128):
+    """uint8 x -> depthwise QLinearConv -> DQ, HardSwish, Q (a LookupTable) -> pointwise QLinearConv -> y,
+    every input but x constant; the second conv reads the table's codes with scale 0.3, zero point 128."""
+    dw, i1 = qconv("x", "d", "dw", qweights(c, 1, 3, 3, extreme=extreme), group=c, **(dw_attrs or {}))
+    pw, i2 = qconv("h", "p", "pw", qweights(m, c, 1, 1, extreme=extreme),
+                   w_scale=RNG.uniform(0.001, 0.01, m).astype(np.float32) if per_channel else None)
+    pw.input[1], pw.input[2] = "dw_ys", "dw_yz"
+    nodes = [dw, helper.make_node("DequantizeLinear", ["d", "dw_ys", "dw_yz"], ["df"]),
+             helper.make_node("HardSwish", ["df"], ["hf"]),
+             helper.make_node("QuantizeLinear", ["hf", "dw_ys", "dw_yz"], ["h"]),
+             pw, helper.make_node("Identity", ["p"], ["y"]), *extra_nodes]
+    inits = i1 + i2 + [init("xs", np.float32(0.05)), init("xz", np.uint8(xz))]
+    return model(nodes, [("x", U8, list(x_shape))], [(o, U8, None) for o in outputs], inits)
+
+
+def qcheck(m, feeds, monkeypatch):
+    """-> steps of the optimised model, whose codes equal those with the pass left out, bit for bit."""
+    opt = onnx_mini.prepare(m)
+    with monkeypatch.context() as p:
+        p.setattr("onnx_mini.optimize.PASSES", tuple(x for x in PASSES if x != "channels_last"))
+        off = onnx_mini.prepare(m)
+    for g, r in zip(opt.run(feeds), off.run(feeds)):
+        assert g.dtype == r.dtype and g.shape == r.shape
+        np.testing.assert_array_equal(g, r)
+    return steps(opt)
+
+
+def qx(*shape, extreme=False):
+    if extreme:
+        return RNG.choice(np.array([0, 255], np.uint8), size=shape)
+    return RNG.integers(0, 256, size=shape).astype(np.uint8)
+
+
+@pytest.mark.parametrize("extreme", [False, True])
+@pytest.mark.parametrize("xz", [0, 128, 255])
+def test_qlinear_conv_block_runs_channels_last_bit_for_bit(monkeypatch, extreme, xz):
+    m = qblock(extreme=extreme, xz=xz, per_channel=extreme)
+    s = qcheck(m, [qx(2, 16, 9, 10, extreme=extreme)], monkeypatch)
+    assert s == [T, QNHWC, (FUSED_DOMAIN, "LookupTable"), QNHWC, T, ("", "Identity")]
+
+
+@pytest.mark.parametrize("strides, c, fires", [((2, 2), 48, True), ((2, 2), 16, False), ((1, 1), 16, True)])
+def test_qlinear_strided_depthwise(monkeypatch, strides, c, fires):
+    m = qblock(c=c, x_shape=(1, c, 13, 36), dw_attrs=dict(strides=strides))
+    s = qcheck(m, [qx(1, c, 13, 36)], monkeypatch)
+    assert (s.count(QNHWC) == 2) if fires else (QNHWC not in s and T not in s)
+
+
+@pytest.mark.parametrize("case", ["fed_weights", "fed_scale", "grouped", "one_d", "bound"])
+def test_qlinear_conv_does_not_fire(monkeypatch, case):
+    x_shape, feeds = (1, 16, 9, 10), []
+    m = qblock(x_shape=x_shape)
+    if case == "fed_weights":
+        m.graph.input.append(helper.make_tensor_value_info("pw_w", I8, [24, 16, 1, 1]))
+        m.graph.initializer.remove(next(i for i in m.graph.initializer if i.name == "pw_w"))
+        feeds = [qweights(24, 16, 1, 1)]            # the depthwise one left alone in its region
+    elif case == "fed_scale":                       # x's scale a graph input: not a constant
+        m.graph.initializer.remove(next(i for i in m.graph.initializer if i.name == "xs"))
+        m.graph.input.append(helper.make_tensor_value_info("xs", F, []))
+        feeds = [np.array(0.05, np.float32)]
+    elif case == "grouped":                         # group 4 of 16 channels: neither 1 nor depthwise
+        m.graph.node[0].attribute[0].i = 4
+        w = next(i for i in m.graph.initializer if i.name == "dw_w")
+        w.CopyFrom(init("dw_w", qweights(16, 4, 3, 3)))
+    elif case == "one_d":
+        x_shape = (1, 16, 9)
+        m = qblock(x_shape=x_shape)
+        for n in (m.graph.node[0], m.graph.node[4]):
+            for a in n.attribute:
+                if a.name == "pads":
+                    a.ints[:] = [1, 1]
+                if a.name == "strides":
+                    a.ints[:] = [1]
+        for name, shape in (("dw_w", (16, 1, 3)), ("pw_w", (24, 16, 1))):
+            w = next(i for i in m.graph.initializer if i.name == name)
+            w.CopyFrom(init(name, qweights(*shape)))
+    else:                   # 520 channels of codes - 128 against w - w_zp = -255: |acc| may pass 2^24
+        m = qblock(c=520, m=4, x_shape=(1, 520, 3, 3))
+        w = next(i for i in m.graph.initializer if i.name == "pw_w")
+        w.CopyFrom(init("pw_w", np.full((4, 520, 1, 1), -128, np.int8)))
+        wz = next(i for i in m.graph.initializer if i.name == "pw_wz")      # |w - w_zp| = 255
+        wz.CopyFrom(init("pw_wz", np.int8(127)))
+        x_shape = (1, 520, 3, 3)
+    s = qcheck(m, [qx(*x_shape), *feeds], monkeypatch)
+    assert QNHWC not in s and T not in s
+
+
+def test_qlinear_region_with_graph_output_and_qlinear_add(monkeypatch):
+    # the LookupTable's codes h are a graph output (read back NCHW); QLinearAdd(p, h) joins the region
+    extra = [helper.make_node("QLinearAdd", ["p", "pw_ys", "pw_yz", "h", "dw_ys", "dw_yz", "as", "az"], ["r"],
+                              domain="com.microsoft"),
+             helper.make_node("QLinearMul", ["r", "as", "az", "two", "as", "az", "as", "az"], ["r2"],
+                              domain="com.microsoft"),
+             helper.make_node("QLinearConv", ["r2", "as", "az", "pw_w", "pw_ws", "pw_wz", "pw_ys", "pw_yz"], ["z"])]
+    m = qblock(m=16, extra_nodes=extra, outputs=("z", "h"))
+    m.graph.initializer.extend([init("as", np.float32(0.4)), init("az", np.uint8(120)), init("two", np.uint8(125))])
+    m.graph.initializer.remove(next(i for i in m.graph.initializer if i.name == "pw_w"))
+    m.graph.initializer.append(init("pw_w", qweights(16, 16, 1, 1)))
+    m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    s = qcheck(m, [qx(2, 16, 9, 10)], monkeypatch)
+    assert s.count(QNHWC) == 3 and s.count(T) == 3      # x in; h and z out
+    assert (("com.microsoft", "QLinearAdd") in s) and ("com.microsoft", "QLinearMul") in s

@@ -12,6 +12,7 @@ QuantizeDequantize: a QuantizeLinear read back by its DequantizeLinear (optimize
 ChannelAffine: inference BatchNormalization with its factor and shift computed at prepare time.
 Swish, Gelu, LayerNormalization: the standard kernels, for models whose opset predates the op.
 Attention: softmax(Q K' / c + mask) V with the scores worked on in place.
+ConvNHWC, QLinearConvNHWC: Conv and QLinearConv on channels-last data (optimize/channels_last.py).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from .math.matmul import gemm_11, matmul, matmul_1
 from .math.softmax import SOFTMAX_VIA_F32, along_axis, softmax
 from .nn.conv import Convolution
 from .nn.conv.channels_last import ConvNHWC
+from .nn.conv_quantized import qlinear_conv_channels_last
 from .nn.normalization import last_axis_sums, layer_normalization_17
 from .quantization import quantize_dequantize, quantized_lookup
 
@@ -566,3 +568,12 @@ def fused_conv_nhwc(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=
                 y = finish(y, None)
         return y
     return run
+
+
+@kernel("QLinearConvNHWC", since=1, domain=FUSED_DOMAIN, multi_output=False, heavy=True, rank="first")
+def fused_qlinear_conv_nhwc(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None,
+                            strides=None, _constants=None):
+    """QLinearConv on channels-last codes (optimize/channels_last.py): X (N, H, W, C) and Y (N, Ho, Wo, M),
+    the other inputs as QLinearConv has them (nn/conv_quantized.py's qlinear_conv_channels_last)."""
+    return qlinear_conv_channels_last(dict(auto_pad=auto_pad, dilations=dilations, group=group,
+                                           kernel_shape=kernel_shape, pads=pads, strides=strides), _constants)

@@ -16,6 +16,14 @@ values (new names: no declared value_info describes them), a Transpose to NHWC i
 value enters, and a Transpose back writes the original NCHW value wherever it is read outside the
 region (a graph output, another node, a subgraph). Every value keeps its elements, only their order
 changes: the sums are the Conv's in another order (float tolerances), the elementwise steps the same.
+
+The QOperator form: a QLinearConv (2-D, group 1 or depthwise, dilation 1, every input but X constant)
+whose float32 sums nn/conv_quantized.py's constant plan proves exact (every partial sum an integer
+within 2^24, so any summation order gives the same integers) becomes a fused QLinearConvNHWC: its codes
+are bit for bit the NCHW kernel's. Where the proof does not hold it stays NCHW. Its joins on codes:
+LookupTable, per-tensor QuantizeLinear / DequantizeLinear, and com.microsoft's QLinearAdd / QLinearMul
+with constant per-tensor scales and zero points (elementwise: both operands region values, permuted
+alike, or one a one-element constant).
 """
 from __future__ import annotations
 
@@ -25,6 +33,7 @@ import numpy as np
 
 from ..graph import Node
 from ..ops.nn.conv.channels_last import worthwhile
+from ..ops.nn.conv_quantized import constant_plan_applies
 from ._context import FUSED_DOMAIN, Context, written_nodes
 from .qdq_lut import _UNARY
 
@@ -32,6 +41,9 @@ _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _ONE_CONSTANT = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "PRelu"}   # x op c, c one element
 _TWO_REGION = {"Add", "Sub", "Mul", "Div", "Max", "Min"}     # both rank-4 region values, permuted alike
 _FUSED_UNARY = {"QuantizeDequantize", "LookupTable", "Swish", "Gelu"}
+_CODES = (np.dtype(np.uint8), np.dtype(np.int8))
+_QLINEAR_BINARY = {"QLinearAdd", "QLinearMul"}     # com.microsoft, on codes: (A, A_s, A_zp, B, B_s, B_zp, C_s, C_zp)
+_GEOMETRY = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 _CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides", "activation",
                "activation_params")
 TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
@@ -40,8 +52,7 @@ MIN_CONVS = 2           # a region's Convs, at least one depthwise (what the lay
 
 def run_channels_last(ctx: Context) -> bool:
     convs = {id(n): n for n in ctx.nodes if _conv(ctx, n) is not None}
-    data = {i: [x for x in (n.inputs[0], n.inputs[3] if len(n.inputs) > 3 else "") if x]
-            for i, n in convs.items()}
+    data = {i: [n.inputs[k] for k in _conv_data(n) if k < len(n.inputs) and n.inputs[k]] for i, n in convs.items()}
     region = dict(convs)
     changed = True
     while changed:          # agnostic nodes whose data inputs all come from the region join it
@@ -60,10 +71,17 @@ def run_channels_last(ctx: Context) -> bool:
     return True
 
 
+def _conv_data(n: Node) -> tuple[int, ...]:
+    """The input slots of a region Conv holding channels-last data: X (and the fused Conv's residual Z)."""
+    return (0,) if n.op_type == "QLinearConv" else (0, 3)
+
+
 def _conv(ctx: Context, n: Node):
     """W's constant value when `n` is a Conv the channels-last kernel takes, else None."""
     if n.opsets or len(n.outputs) != 1 or len(n.inputs) < 2 or not n.inputs[0] or not n.inputs[1]:
         return None
+    if n.op_type == "QLinearConv" and n.domain != FUSED_DOMAIN:
+        return _qlinear_conv(ctx, n)
     if n.domain == FUSED_DOMAIN:
         if n.op_type != "Conv" or n.attrs.get("shuffle"):
             return None
@@ -90,6 +108,33 @@ def _conv(ctx: Context, n: Node):
     return w
 
 
+def _qlinear_conv(ctx: Context, n: Node):
+    """W's constant value when `n` is a QLinearConv the channels-last kernel computes exactly (every input
+    but X constant, the float32 sums proven exact by the NCHW kernel's own bound), else None."""
+    ins = n.inputs
+    if not ctx.is_op(n, "QLinearConv") or len(ins) < 8 or not all(ins[:8]):
+        return None
+    if not all(ctx.is_constant(x) for x in ins[1:] if x):
+        return None
+    w = ctx.value(ins[3])
+    if not isinstance(w, np.ndarray) or w.ndim != 4 or w.dtype not in _CODES or 0 in w.shape:
+        return None
+    a = n.attrs
+    group = int(a.get("group", 1))
+    if any(int(d) != 1 for d in a.get("dilations") or ()):
+        return None
+    if a.get("kernel_shape") is not None and [int(k) for k in a["kernel_shape"]] != list(w.shape[2:]):
+        return None
+    if group != 1 and not (w.shape[1] == 1 and w.shape[0] == group):
+        return None
+    if not worthwhile(w, group, a.get("strides")):
+        return None
+    constants = {k: ctx.value(x) for k, x in enumerate(ins) if k and x}
+    if not constant_plan_applies(constants, **{k: a[k] for k in _GEOMETRY if k in a}):
+        return None
+    return w
+
+
 def _depthwise(n: Node) -> bool:
     return int(n.attrs.get("group", 1)) != 1
 
@@ -103,6 +148,8 @@ def _agnostic(ctx: Context, n: Node) -> list[str] | None:
         if op in _FUSED_UNARY and all(ctx.is_constant(x) for x in n.inputs[1:]):
             return [n.inputs[0]]
         return None
+    if op in _QLINEAR_BINARY and n.domain == "com.microsoft":
+        return _qlinear_binary(ctx, n)
     if not ctx.is_op(n, op):
         return None
     if op in _UNARY and len(n.inputs) == 1:
@@ -124,6 +171,23 @@ def _agnostic(ctx: Context, n: Node) -> list[str] | None:
         elif not ca and op in _TWO_REGION:
             return [a, b]
     return None
+
+
+def _qlinear_binary(ctx: Context, n: Node) -> list[str] | None:
+    """QLinearAdd / QLinearMul with constant per-tensor scales and zero points: elementwise on the codes,
+    its region operands both rank 4 and permuted alike, or one a one-element constant."""
+    ins = list(n.inputs) + [""] * (8 - len(n.inputs))
+    if len(n.inputs) > 8 or not (ins[0] and ins[3] and ins[1] and ins[4] and ins[6]) or not ctx.valid(n):
+        return None
+    if not all(_one_number(ctx, ins[k]) for k in (1, 2, 4, 5, 6, 7) if ins[k]):
+        return None
+    a, b = ins[0], ins[3]
+    ca, cb = ctx.is_constant(a), ctx.is_constant(b)
+    if ca and cb:
+        return None
+    if ca or cb:
+        return [b] if ca and _one_number(ctx, a) else [a] if cb and _one_number(ctx, b) else None
+    return [a, b]
 
 
 def _scalar(v) -> bool:
@@ -169,7 +233,7 @@ def _rewrite(ctx: Context, nodes: list[Node], data: dict, convs: dict) -> None:
         before, after = [], []
         ins = list(n.inputs)
         for k, x in enumerate(ins):
-            if not x or x not in data[id(n)] or (k not in (0, 3) and id(n) in convs):
+            if not x or x not in data[id(n)] or (id(n) in convs and k not in _conv_data(n)):
                 continue
             if x in nhwc:
                 ins[k] = nhwc[x]
@@ -184,7 +248,8 @@ def _rewrite(ctx: Context, nodes: list[Node], data: dict, convs: dict) -> None:
             after.append(_transpose(nhwc[out], out, TO_NCHW, n.index))
         if id(n) in convs:
             attrs = {k: n.attrs[k] for k in _CONV_ATTRS if k in n.attrs}
-            new = ctx.fused_node(n, "ConvNHWC", ins, (nhwc[out],), attrs)
+            op = "QLinearConvNHWC" if n.op_type == "QLinearConv" and n.domain != FUSED_DOMAIN else "ConvNHWC"
+            new = ctx.fused_node(n, op, ins, (nhwc[out],), attrs)
             new = replace(new, fused_from=written_nodes([n]))
         else:
             new = replace(n, inputs=tuple(ins), outputs=(nhwc[out],))
@@ -194,7 +259,7 @@ def _rewrite(ctx: Context, nodes: list[Node], data: dict, convs: dict) -> None:
 def _reads_as_other(reader: Node, name: str, data: dict, convs: dict) -> bool:
     """A region node reading `name` other than as a data input (it then reads the NCHW value)."""
     for k, x in enumerate(reader.inputs):
-        if x == name and (x not in data[id(reader)] or (id(reader) in convs and k not in (0, 3))):
+        if x == name and (x not in data[id(reader)] or (id(reader) in convs and k not in _conv_data(reader))):
             return True
     return name in reader.captures
 

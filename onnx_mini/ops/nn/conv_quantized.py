@@ -37,6 +37,7 @@ from ..math.matmul import F32_EXACT, centered, integer_range
 from ..quantization import quantize_array
 from ._common import check_auto_pad
 from .conv import Convolution
+from .conv.channels_last import ConvNHWC
 
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 
@@ -336,11 +337,12 @@ def _rescale_mismatches(s, s32, zp, bound: int) -> np.ndarray | None:
     return (want != got)[0].any(axis=1)
 
 
-def _constant_qlinear_conv(conv, constants):
+def _constant_qlinear_conv(conv, constants, channels_last=False):
     """The constant-input plan of a QLinearConv whose inputs but X are all constants and valid, and whose
     float32 accumulation is exact: (those constants in input order 1..8, X's type, its zero point, W - w_zp,
     B as float32, requantize(acc, zp=...) in float32 where proven exact, else float64, y's zero point),
-    else None."""
+    else None. channels_last: for an accumulator (N, H, W, M) (ops/fused.py's QLinearConvNHWC), which
+    makes its own convolution (none is made here)."""
     constants = constants or {}
     if any(i not in constants for i in (1, 2, 3, 4, 5, 6, 7)):
         return None
@@ -364,11 +366,85 @@ def _constant_qlinear_conv(conv, constants):
         s32 = _float32_scale(scale, zp, bound)
     except (InvalidValueError, ValueError):
         return None                     # the general path raises it at run time, as for fed inputs
-    known = {1: ws} if bf is None else {1: ws, 2: bf}
-    conv.convs[_F32] = Convolution(**conv.attrs, constants=known, exact=True)
-    if scale.ndim:
-        scale = scale.reshape((1, -1) + (1,) * (w.ndim - 2))
+    if not channels_last:
+        known = {1: ws} if bf is None else {1: ws, 2: bf}
+        conv.convs[_F32] = Convolution(**conv.attrs, constants=known, exact=True)
+        if scale.ndim:
+            scale = scale.reshape((1, -1) + (1,) * (w.ndim - 2))
     requantize = functools.partial(_requantize64, scale=scale) if s32 is None else \
         functools.partial(_requantize32, scale=s32.reshape(scale.shape))
     given = (xs, xz, w, wsc, wz, ys, yz, b)
     return given, xz.dtype, (xzp if xzp.any() else None), ws, bf, requantize, zp
+
+
+def constant_plan_applies(constants, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None,
+                          strides=None) -> bool:
+    """Whether a QLinearConv with these attributes and constant inputs {index: value} has the constant
+    plan (every input but X a valid constant, the float32 sums proven exact): what optimize/channels_last.py
+    asks before running it channels-last."""
+    try:
+        conv = _IntegerConv(_attrs(auto_pad, dilations, group, kernel_shape, pads, strides), constants, 3, 5, 8)
+    except ValueError:
+        return False
+    return _constant_qlinear_conv(conv, constants, channels_last=True) is not None
+
+
+def qlinear_conv_channels_last(geometry: dict, constants):
+    """QLinearConv on channels-last codes (optimize/channels_last.py): X (N, H, W, C) and Y (N, Ho, Wo, M),
+    the other inputs as QLinearConv has them. With every input but X constant and the float32 sums
+    proven exact (the constant plan of _constant_qlinear_conv, X's zero point folded where it proves that
+    exact), the integer sums run in ConvNHWC's algorithms, exact in any summation order as every partial
+    sum is an integer within 2^24, then the NCHW kernel's requantization, per channel along the last
+    axis: the very integers QLinearConv gives. Otherwise QLinearConv itself on X transposed.
+    geometry: the Conv attributes by name; constants: {input index: value} (a factory's _constants)."""
+    nchw = qlinear_conv_10(**geometry, _constants=constants)
+
+    def transposed(x, *rest):
+        if x.ndim != 4:
+            raise InvalidValueError(f"the channels-last QLinearConv takes a 4-D X, got {list(x.shape)}")
+        return np.ascontiguousarray(nchw(x.transpose(0, 3, 1, 2), *rest).transpose(0, 2, 3, 1))
+    integer = _IntegerConv(_attrs(**geometry), constants, 3, 5, 8)
+    fast = _constant_qlinear_conv(integer, constants, channels_last=True)
+    if fast is None or fast[3].ndim != 4:
+        return transposed
+    given, x_type, xzp, ws, bf, requantize, zp = fast
+    fold = None if xzp is None else _ZeroPointFold.make(integer.attrs, ws, given[7], xzp, x_type)
+    conv = ConvNHWC(**geometry, constants={1: ws} if bf is None else {1: ws, 2: bf}, exact=True)
+    if fold is not None:
+        folded = ConvNHWC(**geometry, constants={1: ws, 2: fold.folded}, exact=True)
+        plain = ConvNHWC(**geometry, constants={1: ws}, exact=True)
+
+        def nhwc_correction(shape):         # (H, W, C) -> the fold's map channels-last, or None
+            c = fold.correction((shape[2], shape[0], shape[1]))
+            if c is None:
+                return None
+            c = np.ascontiguousarray(c.transpose(0, 2, 3, 1))
+            c.setflags(write=False)
+            return c
+        correction = by_shape(nhwc_correction)
+    scale = requantize.keywords["scale"]
+    if scale.ndim:          # per channel: the scale tiled along an output row (ConvNHWC.along_row's why)
+        def row_requantize(ow):
+            tiled = np.tile(scale, ow)
+            tiled.setflags(write=False)
+            return functools.partial(requantize.func, scale=tiled)
+        by_width = by_shape(row_requantize)
+
+    def qlinear_conv_nhwc(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None):
+        if x.dtype != x_type or x.ndim != 4 or any(a is not b for a, b in zip(
+                (x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B), given)):
+            return transposed(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B)
+        if fold is None:
+            acc = conv(centered(x, xzp), ws, bf)
+        else:
+            c = correction(x.shape[1:])
+            if c is None:
+                acc = folded(x.astype(_F32), ws, fold.folded)
+            else:
+                acc = plain(x.astype(_F32), ws)
+                acc += c
+        if not scale.ndim:
+            return requantize(acc, zp=zp)
+        n, oh, ow, m = acc.shape
+        return by_width(ow)(acc.reshape(n * oh, ow * m), zp=zp).reshape(n, oh, ow, m)
+    return qlinear_conv_nhwc
