@@ -34,6 +34,15 @@ def model(nodes, inputs, outputs, initializers=(), opset=21, ir_version=10, **kw
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 
+def init(name: str, value) -> TensorProto:
+    """An initializer named `name` holding `value` (any array-like)."""
+    return numpy_helper.from_array(np.asarray(value), name)
+
+
+def steps(prepared) -> list[tuple[str, str]]:
+    """(domain, op_type) of each step of a prepared model's plan, in order."""
+    return [(i.domain, i.op_type) for i in prepared.plan.infos]
+
 
 def type_matrix(op: str, versions) -> list:
     """(version, type name such as 'float' or 'int4') for each tensor type of the first type constraint."""

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnx_mini
 from onnx_mini.optimize import FUSED_DOMAIN, PASSES
-from helpers import F, model
+from helpers import F, init, model, steps
 
 pytestmark = pytest.mark.filterwarnings("error::onnx_mini.optimize.OptimizationWarning")
 RNG = np.random.default_rng(11)
@@ -17,16 +17,8 @@ NHWC = (FUSED_DOMAIN, "ConvNHWC")
 T = ("", "Transpose")
 
 
-def init(name, value):
-    return numpy_helper.from_array(np.asarray(value), name)
-
-
 def rand(*shape, dtype=np.float32):
     return RNG.standard_normal(shape).astype(dtype)
-
-
-def steps(rep):
-    return [(i.domain, i.op_type) for i in rep.plan.infos]
 
 
 def check(m, feeds, rtol=1e-5, atol=1e-5):

@@ -6,23 +6,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import onnx_mini
 from onnx_mini.errors import OnnxMiniError
 from onnx_mini.ops.contrib.quantized_matmul import matmul_integer_scaled_1, matmul_integer_scaled_group_1
 from onnx_mini.optimize import FUSED_DOMAIN, patterns
-from helpers import elem_type, model
+from helpers import elem_type, init, model, steps
 
 pytestmark = pytest.mark.filterwarnings("error::onnx_mini.optimize.OptimizationWarning")
 SINGLE = (FUSED_DOMAIN, "MatMulIntegerScaled")
 GROUP = (FUSED_DOMAIN, "MatMulIntegerScaledGroup")
 CENTRED = (FUSED_DOMAIN, "DynamicQuantizeCentred")
 F32 = np.float32
-
-
-def init(name, value):
-    return numpy_helper.from_array(np.asarray(value), name)
 
 
 def weights(rng, k, n, b_type, extreme):
@@ -62,10 +58,6 @@ def siblings(k=256, n=256, count=3, b_types=(np.int8,) * 3, per_column=True, bia
             nodes.append(helper.make_node("Add", [f"m{i}", f"b{i}"], [f"y{i}"], name=f"add{i}"))
     outs = [(o, TensorProto.FLOAT, None) for o in (outputs or [f"y{i}" for i in range(count)])]
     return model(nodes, inputs, outs, inits, opset=21)
-
-
-def steps(rep):
-    return [(i.domain, i.op_type) for i in rep.plan.infos]
 
 
 def same_as_written(m, f, expected):

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import onnx_mini
 from onnx_mini.optimize import FUSED_DOMAIN
-from helpers import elem_type, model
+from helpers import elem_type, init, model, steps
 
 pytestmark = pytest.mark.filterwarnings("error::onnx_mini.optimize.OptimizationWarning")
 LUT = [(FUSED_DOMAIN, "LookupTable")]
-
-
-def init(name, value):
-    return numpy_helper.from_array(np.asarray(value), name)
 
 
 def qdq(chain, codes=np.uint8, s_in=0.05, z_in=128, s_out=0.03, z_out=0, out=np.uint8, shape=(4, 3, 64),
@@ -40,10 +36,6 @@ def all_codes(codes, shape):
     n = int(np.prod(shape))
     bits = np.random.default_rng(n).permutation(np.resize(np.arange(256, dtype=np.uint8), n))
     return bits.view(codes).reshape(shape)
-
-
-def steps(rep):
-    return [(i.domain, i.op_type) for i in rep.plan.infos]
 
 
 def same_as_written(m, codes, shape, expected=LUT):

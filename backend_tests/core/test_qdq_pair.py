@@ -10,15 +10,11 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnx_mini
 from onnx_mini.optimize import FUSED_DOMAIN
-from helpers import elem_type, model
+from helpers import elem_type, init, model, steps
 
 pytestmark = pytest.mark.filterwarnings("error::onnx_mini.optimize.OptimizationWarning")
 PAIR = [(FUSED_DOMAIN, "QuantizeDequantize")]
 WRITTEN = [("", "QuantizeLinear"), ("", "DequantizeLinear")]
-
-
-def init(name, value):
-    return numpy_helper.from_array(np.asarray(value), name)
 
 
 def pair(scale=0.5, zp=128, codes=np.uint8, shape=(64,), dq_scale=None, dq_zp=None, opset=21, x_type=TensorProto.FLOAT,
@@ -31,10 +27,6 @@ def pair(scale=0.5, zp=128, codes=np.uint8, shape=(64,), dq_scale=None, dq_zp=No
              helper.make_node("DequantizeLinear", ["c", "s2", "z2"], ["y"], name="dq", **(dq_attrs or {}))]
     outputs = [("y", TensorProto.FLOAT, None)] + [(n, elem_type(codes), None) for n in extra_outputs]
     return model(nodes, [("x", x_type, None if shape is None else list(shape))], outputs, inits, opset=opset)
-
-
-def steps(rep):
-    return [(i.domain, i.op_type) for i in rep.plan.infos]
 
 
 def formula(x, scale, zp, codes):

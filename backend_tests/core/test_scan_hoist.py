@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 import onnx_mini
 from onnx_mini import loader
 from onnx_mini.optimize import optimize_graph, with_fused_domain
-from helpers import F, model
+from helpers import F, init, model
 
 pytestmark = pytest.mark.filterwarnings("error::onnx_mini.optimize.OptimizationWarning")
 RNG = np.random.default_rng(11)
@@ -20,10 +20,6 @@ HIDDEN, N_IN = 6, 4
 
 def rand(*shape, dtype=np.float32):
     return RNG.standard_normal(shape).astype(dtype)
-
-
-def init(name, value):
-    return numpy_helper.from_array(np.asarray(value), name)
 
 
 def cell(x_reader="MatMul", w="wx", extra=(), body_inits=(), row=(1,), x_row=None):
