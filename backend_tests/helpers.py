@@ -43,6 +43,30 @@ def steps(prepared) -> list[tuple[str, str]]:
     """(domain, op_type) of each step of a prepared model's plan, in order."""
     return [(i.domain, i.op_type) for i in prepared.plan.infos]
 
+def conv2d_direct(x, w, b=None, strides=(1, 1), pads=(0, 0, 0, 0), group=1, dtype=np.float64) -> np.ndarray:
+    """A 2-D Conv (NCHW) by its definition, in `dtype` (float64, or int64 for integer sums): X zero
+    padded by pads (top, left, bottom, right), then per output channel and tap a sum over the group's
+    input channels, plus B."""
+    n, c, h, wd = x.shape
+    m, cg, kh, kw = w.shape
+    xp = np.zeros((n, c, h + pads[0] + pads[2], wd + pads[1] + pads[3]), dtype)
+    xp[:, :, pads[0]:pads[0] + h, pads[1]:pads[1] + wd] = x
+    oh = (xp.shape[2] - kh) // strides[0] + 1
+    ow = (xp.shape[3] - kw) // strides[1] + 1
+    y = np.zeros((n, m, oh, ow), dtype)
+    per = m // group
+    with np.errstate(invalid="ignore", over="ignore"):
+        for o in range(m):
+            g = o // per
+            for i in range(kh):
+                for j in range(kw):
+                    patch = xp[:, g * cg:(g + 1) * cg, i:i + (oh - 1) * strides[0] + 1:strides[0],
+                               j:j + (ow - 1) * strides[1] + 1:strides[1]]
+                    y[:, o] += np.einsum("nchw,c->nhw", patch, w[o, :, i, j].astype(dtype))
+    if b is not None:
+        y += b.astype(dtype).reshape(1, m, 1, 1)
+    return y
+
 
 def type_matrix(op: str, versions) -> list:
     """(version, type name such as 'float' or 'int4') for each tensor type of the first type constraint."""

@@ -92,20 +92,26 @@ def _conv(ctx: Context, n: Node):
     w = ctx.value(n.inputs[1])
     if not isinstance(w, np.ndarray) or w.ndim != 4 or w.dtype not in _FLOATS or 0 in w.shape:
         return None
-    a = n.attrs
-    group = int(a.get("group", 1))
-    if any(int(d) != 1 for d in a.get("dilations") or ()):
-        return None
-    if a.get("kernel_shape") is not None and [int(k) for k in a["kernel_shape"]] != list(w.shape[2:]):
-        return None
-    if group != 1 and not (w.shape[1] == 1 and w.shape[0] == group):
-        return None
-    if not worthwhile(w, group, a.get("strides")):      # e.g. the stem's few input channels: NCHW
+    if not _layout_fits(n.attrs, w):
         return None
     if len(n.inputs) > 3 and n.inputs[3]:
         if ctx.rank(n.inputs[3]) != 4:      # a residual of another rank broadcasts by position
             return None
     return w
+
+
+def _layout_fits(a: dict, w: np.ndarray) -> bool:
+    """Whether a Conv / QLinearConv with attributes `a` and constant W (rank 4) is one the channels-last
+    kernels compute and gain on: dilation 1, kernel_shape W's, group 1 or depthwise, and worthwhile()
+    (e.g. the stem's few input channels stay NCHW)."""
+    group = int(a.get("group", 1))
+    if any(int(d) != 1 for d in a.get("dilations") or ()):
+        return False
+    if a.get("kernel_shape") is not None and [int(k) for k in a["kernel_shape"]] != list(w.shape[2:]):
+        return False
+    if group != 1 and not (w.shape[1] == 1 and w.shape[0] == group):
+        return False
+    return worthwhile(w, group, a.get("strides"))
 
 
 def _qlinear_conv(ctx: Context, n: Node):
@@ -120,14 +126,7 @@ def _qlinear_conv(ctx: Context, n: Node):
     if not isinstance(w, np.ndarray) or w.ndim != 4 or w.dtype not in _CODES or 0 in w.shape:
         return None
     a = n.attrs
-    group = int(a.get("group", 1))
-    if any(int(d) != 1 for d in a.get("dilations") or ()):
-        return None
-    if a.get("kernel_shape") is not None and [int(k) for k in a["kernel_shape"]] != list(w.shape[2:]):
-        return None
-    if group != 1 and not (w.shape[1] == 1 and w.shape[0] == group):
-        return None
-    if not worthwhile(w, group, a.get("strides")):
+    if not _layout_fits(a, w):
         return None
     constants = {k: ctx.value(x) for k, x in enumerate(ins) if k and x}
     if not constant_plan_applies(constants, **{k: a[k] for k in _GEOMETRY if k in a}):

@@ -11,28 +11,12 @@ from onnx_mini.errors import OnnxMiniError
 from onnx_mini.ops.fused import fused_conv_nhwc
 from onnx_mini.ops.nn.conv import channels_last
 
+from helpers import conv2d_direct
+
 
 def direct(x, w, b, strides=(1, 1), pads=(0, 0, 0, 0), group=1):
-    """Conv by its definition on NCHW data: zero padding, then per tap a sum over the group's channels."""
-    n, c, h, wd = x.shape
-    m, cg, kh, kw = w.shape
-    xp = np.zeros((n, c, h + pads[0] + pads[2], wd + pads[1] + pads[3]), np.float64)
-    xp[:, :, pads[0]:pads[0] + h, pads[1]:pads[1] + wd] = x
-    oh = (xp.shape[2] - kh) // strides[0] + 1
-    ow = (xp.shape[3] - kw) // strides[1] + 1
-    y = np.zeros((n, m, oh, ow), np.float64)
-    per = m // group
-    with np.errstate(invalid="ignore", over="ignore"):
-        for o in range(m):
-            g = o // per
-            for i in range(kh):
-                for j in range(kw):
-                    patch = xp[:, g * cg:(g + 1) * cg, i:i + (oh - 1) * strides[0] + 1:strides[0],
-                               j:j + (ow - 1) * strides[1] + 1:strides[1]]
-                    y[:, o] += np.einsum("nchw,c->nhw", patch, w[o, :, i, j].astype(np.float64))
-    if b is not None:
-        y += b.reshape(1, m, 1, 1)
-    return y
+    """Conv by its definition on NCHW data, in float64 (helpers.conv2d_direct)."""
+    return conv2d_direct(x, w, b, strides, pads, group)
 
 
 def nhwc(a):

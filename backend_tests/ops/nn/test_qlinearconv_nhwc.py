@@ -11,31 +11,16 @@ import pytest
 from onnx_mini.ops.fused import fused_qlinear_conv_nhwc
 from onnx_mini.ops.nn.conv_quantized import qlinear_conv_10
 
+from helpers import conv2d_direct
+
 RNG = np.random.default_rng(22)
 
 
 def integer_conv(x, xz, w, wz, b, strides, pads, group):
     """sum over taps of (x - xz) * (w - wz) (+ B) in int64, on NCHW codes, zero padding after the shift."""
-    n, c, h, wd = x.shape
-    m, cg, kh, kw = w.shape
     xs = x.astype(np.int64) - int(xz)
     ws = w.astype(np.int64) - np.asarray(wz, np.int64).reshape(-1, 1, 1, 1)
-    xp = np.zeros((n, c, h + pads[0] + pads[2], wd + pads[1] + pads[3]), np.int64)
-    xp[:, :, pads[0]:pads[0] + h, pads[1]:pads[1] + wd] = xs
-    oh = (xp.shape[2] - kh) // strides[0] + 1
-    ow = (xp.shape[3] - kw) // strides[1] + 1
-    acc = np.zeros((n, m, oh, ow), np.int64)
-    per = m // group
-    for o in range(m):
-        g = o // per
-        for i in range(kh):
-            for j in range(kw):
-                patch = xp[:, g * cg:(g + 1) * cg, i:i + (oh - 1) * strides[0] + 1:strides[0],
-                           j:j + (ow - 1) * strides[1] + 1:strides[1]]
-                acc[:, o] += np.einsum("nchw,c->nhw", patch, ws[o, :, i, j])
-    if b is not None:
-        acc += b.astype(np.int64).reshape(1, m, 1, 1)
-    return acc
+    return conv2d_direct(xs, ws, b, strides, pads, group, dtype=np.int64)
 
 
 def requantized(acc, xs, wsc, ys, yz):
