@@ -548,12 +548,13 @@ def fused_quantize_dequantize(*, q_version, dq_version, _constants=None):
 
 @kernel("ConvNHWC", since=1, domain=FUSED_DOMAIN, multi_output=False, heavy=True, rank="first")
 def fused_conv_nhwc(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None,
-                    activation="", activation_params=(), _constants=None):
+                    activation="", activation_params=(), _constants=None, _options=None):
     """Conv on channels-last data (optimize/channels_last.py): X (N, H, W, C) and Y (N, Ho, Wo, M),
     W and B as Conv has them (a constant W prepared once in its layout: nn/conv/channels_last.py),
-    then a residual Z (channels-last, as Y) and the activation, in place, as the fused Conv does."""
+    then a residual Z (channels-last, as Y) and the activation, in place, as the fused Conv does. A
+    forced conv_algorithm runs that NCHW algorithm on X transposed."""
     conv = ConvNHWC(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
-                    strides=strides, constants=_constants)
+                    strides=strides, constants=_constants, algorithm=(_options or {}).get("conv_algorithm"))
     act = _activation(activation, activation_params) if activation else None
     finish = _finisher(activation, activation_params)
 
@@ -567,6 +568,7 @@ def fused_conv_nhwc(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=
             else:
                 y = finish(y, None)
         return y
+    run.algorithms = conv.algorithms
     return run
 
 

@@ -63,10 +63,14 @@ class ConvNHWC:
     here are (a product, sums in any order), the NCHW fallback is told to leave Winograd out."""
 
     def __init__(self, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None,
-                 constants=None, exact=False):
+                 constants=None, exact=False, algorithm=None):
         constants = constants or {}
         self.nchw = Convolution(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape,
-                                pads=pads, strides=strides, constants=constants, exact=exact)
+                                pads=pads, strides=strides, constants=constants, exact=exact, algorithm=algorithm)
+        # prepare(model, conv_algorithm=...) forces an NCHW algorithm for every Conv: honoured on X transposed
+        self.forced = algorithm is not None
+        # X's shape -> the path taken, for the profiler (the NCHW Convolution's own when forced)
+        self.algorithms = self.nchw.algorithms if self.forced else {}
         self.auto_pad, self.dilations, self.group = auto_pad, dilations, group
         self.kernel_shape, self.pads, self.strides = kernel_shape, pads, strides
         # a constant W's one layout, made once (1x1: im2col's [C, M] is W^T, the pointwise product's)
@@ -104,10 +108,13 @@ class ConvNHWC:
         need = [read_extent(o, s, k, 1) for o, s, k in zip(out, strides, (kh, kw))]
         dst, src = read_region((h, wd), begin, need)
         phases = _column_phases(wd, begin[1], strides[1], kw, out[1]) if kind == "depthwise" else None
+        if len(self.algorithms) < thresholds.LAYOUTS:
+            phased = kind == "depthwise" and strides[1] > 1 and out[1] > DW_WINDOWS_MAX_WIDTH
+            self.algorithms[tuple(xs)] = f"nhwc-{kind}" + ("-phases" if phased else "")
         return kind, strides, out, need, dst, src, phases
 
     def __call__(self, x, w, b=None):
-        if (x.dtype not in _FLOATS or w.dtype != x.dtype or (b is not None and (b.dtype != x.dtype or b.ndim != 1
+        if (self.forced or x.dtype not in _FLOATS or w.dtype != x.dtype or (b is not None and (b.dtype != x.dtype or b.ndim != 1
                                                                                  or b.shape[0] != w.shape[0]))):
             return self._nchw(x, w, b)
         plan = self.plan((x.shape, w.shape))
