@@ -409,8 +409,9 @@ def qlinear_conv_channels_last(geometry: dict, constants):
         return transposed
     given, x_type, xzp, ws, bf, requantize, zp = fast
     fold = None if xzp is None else _ZeroPointFold.make(integer.attrs, ws, given[7], xzp, x_type)
-    conv = ConvNHWC(**geometry, constants={1: ws} if bf is None else {1: ws, 2: bf}, exact=True)
-    if fold is not None:
+    if fold is None:
+        conv = ConvNHWC(**geometry, constants={1: ws} if bf is None else {1: ws, 2: bf}, exact=True)
+    else:                       # X's zero point folded: only these two run (each prepares W once)
         folded = ConvNHWC(**geometry, constants={1: ws, 2: fold.folded}, exact=True)
         plain = ConvNHWC(**geometry, constants={1: ws}, exact=True)
 
