@@ -571,3 +571,86 @@ def test_max_pool_of_a_large_batch_goes_image_by_image_with_the_same_result():
     xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
     for (i, c, r, q) in [(0, 0, 0, 0), (3, 7, 89, 94), (2, 4, 45, 10)]:
         assert y[i, c, r, q] == xp[i, c, 2 * r:2 * r + 3, 2 * q:2 * q + 3].max()
+
+
+# -- windows that tile the input (kernel == strides, no padding: pool._tiles) ------------------------
+
+TILED = [  # (input shape, kernel): cells past the last window left out on odd sizes
+    ((1, 2, 4, 6), [2, 2]),
+    ((1, 3, 7, 9), [2, 2]),          # the wake-word model's 97-row case in small
+    ((2, 2, 6, 9), [3, 3]),
+    ((1, 2, 5, 8), [1, 2]),
+    ((1, 2, 8, 5), [2, 1]),
+    ((1, 3, 10), [4]),
+    ((1, 2, 4, 5, 6), [2, 2, 3]),
+    ((1, 1, 3, 3), [1, 1]),
+]
+
+
+@pytest.mark.parametrize("shape,kernel", TILED)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int8, np.float16])
+def test_maxpool_of_tiling_windows(monkeypatch, shape, kernel, dtype):
+    """Windows that tile the input are reduced from a split view of it (pool._tiles): the window
+    maxima of the slow reference, and bit for bit the values of the general path (_box), -0.0 and
+    NaN included."""
+    from onnx_mini.ops.nn import pool
+    x = data(shape, seed=7) * 3
+    x = x.astype(dtype)
+    if dtype != np.int8:
+        x.reshape(-1)[::5] = -0.0
+        x.reshape(-1)[3] = np.nan
+    calls = []
+    original = pool._tiles
+    monkeypatch.setattr(pool, "_tiles", lambda *a: calls.append(1) or original(*a))
+    xf = x.astype(np.float64)
+    exp, _ = ref_pool(np.where(np.isnan(xf), -np.inf, xf), MAX, kernel, strides=kernel)
+    has_nan, _ = ref_pool(np.isnan(xf).astype(np.float64), MAX, kernel, strides=kernel)
+    exp[has_nan == 1] = np.nan          # NaN wins a window (np.maximum's rule, the general path's too)
+    got = run_node(MAX, 12, [x], kernel_shape=kernel, strides=kernel)
+    assert len(calls) == 1 and got.dtype == dtype and got.shape == exp.shape
+    np.testing.assert_array_equal(got.astype(np.float64), exp)
+    monkeypatch.setattr(pool, "_tiles_plan", lambda *a: None)      # the general path
+    general = run_node(MAX, 12, [x], kernel_shape=kernel, strides=kernel)
+    assert len(calls) == 1
+    assert got.tobytes() == np.ascontiguousarray(general).tobytes()
+
+
+def test_maxpool_of_tiling_windows_hand_values():
+    x = np.array([[[[1, 5, 2, 0, 9],
+                    [3, 4, -1, 8, 9],
+                    [7, 0, 6, 6, 9]]]], np.float32)
+    # 2x2 stride 2: the last row and column belong to no window
+    assert_same(run_node(MAX, 12, [x], kernel_shape=[2, 2], strides=[2, 2]), np.array([[[[5, 8]]]], np.float32))
+    assert_same(run_node(MAX, 12, [x], kernel_shape=[1, 2], strides=[1, 2]),
+                np.array([[[[5, 2], [4, 8], [7, 6]]]], np.float32))
+    # ceil_mode keeps the partial windows: not tiling, the general path answers
+    assert_same(run_node(MAX, 12, [x], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1),
+                np.array([[[[5, 8, 9], [7, 6, 9]]]], np.float32))
+
+
+@pytest.mark.parametrize("attrs", [dict(kernel_shape=[2, 2], strides=[2, 2], pads=[1, 1, 1, 1]),
+                                   dict(kernel_shape=[2, 2], strides=[2, 2], dilations=[2, 1]),
+                                   dict(kernel_shape=[2, 2], strides=[2, 1]),
+                                   dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)])
+def test_maxpool_windows_that_do_not_tile_take_the_general_path(monkeypatch, attrs):
+    from onnx_mini.ops.nn import pool
+    calls = []
+    monkeypatch.setattr(pool, "_tiles", lambda *a: calls.append(1))
+    x = data((1, 2, 7, 9), seed=8)
+    exp, _ = ref_pool(x.astype(np.float64), MAX, attrs["kernel_shape"], **ref_args(attrs))
+    np.testing.assert_array_equal(run_node(MAX, 12, [x], **attrs), exp.astype(np.float32))
+    assert not calls
+
+
+@pytest.mark.parametrize("kernel", [[2, 2], [1, 3], [3, 1]])
+def test_maxpool_of_tiling_windows_on_a_strided_input(kernel):
+    """X a view with gaps (a transposed, stepped input, as a kernel may receive from a view-making
+    producer): the split view and the flat last-axis pass read it where it lies, X left untouched."""
+    from onnx_mini.ops.nn import pool
+    base = data((1, 3, 9, 14), seed=9)
+    x = base.transpose(0, 1, 3, 2)[:, :, ::2, :]           # (1, 3, 7, 9), no axis contiguous but the last's step
+    before = base.copy()
+    got = pool.max_pool_10(kernel_shape=kernel, strides=kernel)(x)[0]
+    exp, _ = ref_pool(x.astype(np.float64), MAX, kernel, strides=kernel)
+    np.testing.assert_array_equal(got, exp.astype(np.float32))
+    assert_same(base, before)
