@@ -145,6 +145,16 @@ def test_gather_elements_on_constant_indices(shape, ishape, axis):
     np.testing.assert_array_equal(fixed(data, indices.copy()), want)               # a fed index array
 
 
+def test_gather_elements_on_constant_indices_of_large_strided_data():
+    # data above the small size and not contiguous: the general path (no copy of the whole of it)
+    data = np.arange(3 * 5000, dtype=np.float32).reshape(5000, 3).T          # [3, 5000], data[r, c] = 3c + r
+    indices = np.array([[2, 0, -1], [1, 1, 0]], np.int64)
+    fixed = gather_elements_11(axis=0, _constants={1: indices})
+    want = [[2.0, 3.0, 8.0], [1.0, 4.0, 6.0]]                               # data[idx[i, j] % 3, j]
+    for d in (data, np.ascontiguousarray(data), data):
+        np.testing.assert_array_equal(fixed(d, indices), want)
+
+
 def test_gather_elements_on_constant_indices_reports_bad_values():
     indices = np.array([[0, 2], [1, -3]], np.int64)
     fixed = gather_elements_11(axis=0, _constants={1: indices})

@@ -511,6 +511,17 @@ def test_scaler_forms():
         ml("Scaler", [f32([1])], offset=[1.0, 2.0], scale=[1.0])
 
 
+
+def test_scaler_float32_matrices_broadcast_as_the_1d_attributes():
+    # a 2-D float32 X takes the [1, n] copies of offset and scale: the same broadcasting as the 1-D ones
+    x = f32([[1, 2, 3], [4, 5, 6]])
+    assert_same(ml("Scaler", [x], offset=[1.0, 2.0, 3.0], scale=[2.0, 0.5, -1.0]), f32([[0, 0, 0], [6, 1.5, -3]]))
+    assert_same(ml("Scaler", [x[:1]], offset=[0.5], scale=[4.0]), f32([[2, 6, 10]]))
+    assert_same(ml("Scaler", [x[:, 1:2]], offset=[1.0, 2.0], scale=[1.0, 3.0]), f32([[1, 0], [4, 9]]))  # [2, 1]
+    assert_same(ml("Scaler", [x.T], offset=[1.0, 2.0], scale=[1.0, 2.0]), f32([[0, 4], [1, 6], [2, 8]]))
+    expect_kernel_error("Scaler", 1, [f32([[1, 2, 3, 4]])], "offset has 3 values", domain=ML,
+                        offset=[1.0, 2.0, 3.0])
+
 # -- ZipMap ----------------------------------------------------------------------------------------
 
 def zipmap_model(**attrs):

@@ -31,7 +31,7 @@ def binary(ufunc):
     (`ufunc` is a numpy ufunc or any function of two arrays that broadcasts like one)."""
     # same_type and as_array inlined: on tiny tensors their two calls were a third of the kernel
     def run(a, b):
-        if a.dtype != b.dtype:
+        if a.dtype is not b.dtype and a.dtype != b.dtype:     # numpy's dtypes are mostly singletons
             same_type(a, b)
         x, y = a, b
         if a.ndim != b.ndim and a.size == b.size:

@@ -5,7 +5,6 @@ then post_transform; outputs are float32 (and int64 or string labels for the cla
 """
 from __future__ import annotations
 
-from array import array
 
 import numpy as np
 
@@ -26,9 +25,8 @@ _COMPUTE = (_F32, np.dtype(np.float64))     # the types features_2d gives
 
 
 def _linear_scores(coefficients: np.ndarray, intercepts, rows: int | None):
-    """(fn(x, with_intercepts=True) -> [N, E] scores for coefficients of E rows (E = len(intercepts) when
-    given, else `rows`, else whatever the number of features at run time makes it; without the
-    intercepts, X @ W^T alone: the caller adds them), E or None, the intercepts per compute type or None)."""
+    """(fn(x) -> [N, E] scores for coefficients of E rows (E = len(intercepts) when given, else `rows`,
+    else whatever the number of features at run time makes it), E or None)."""
     coef64 = np.asarray(coefficients, np.float64)
     icpt = None if intercepts is None or len(intercepts) == 0 else np.asarray(intercepts, np.float64)
     if icpt is not None:
@@ -36,23 +34,24 @@ def _linear_scores(coefficients: np.ndarray, intercepts, rows: int | None):
     if rows is not None and (rows == 0 or coef64.size % rows):
         raise ValueError(f"{coef64.size} coefficients do not split into {rows} rows (one per "
                          f"{'intercept' if icpt is not None else 'target'})")
-    # per compute type: W^T [F, E] contiguous, the intercepts, and for one wide row W [E, F] contiguous,
-    # made once (E known when rows is)
+    # per compute type: W^T [F, E] contiguous, the intercepts as one row [1, E], and for one wide row
+    # W [E, F] contiguous, made once (E known when rows is). ([1, E] rather than [E]: a batch-1 row
+    # adds them with numpy's plain loop, no broadcasting set-up: ~0.35 us less on skl_logreg_b1's [1, 3])
     prepared = {}
     if rows is not None:
         for dt in _COMPUTE:
             w = coef64.reshape(rows, -1).astype(dt)
-            prepared[dt] = (np.ascontiguousarray(w.T), None if icpt is None else icpt.astype(dt),
+            prepared[dt] = (np.ascontiguousarray(w.T), None if icpt is None else icpt.astype(dt).reshape(1, -1),
                             w if w.shape[1] >= _ROW_FEATURES else None)
     # one float32 row of a narrow W: its shape and W^T, to skip the general checks (~0.3 us of ~6 for
     # skl_logreg_b1's LinearClassifier, measured under load)
     narrow = prepared.get(_F32, (None, None, True))
     row32 = (1, narrow[0].shape[0]) if narrow[2] is None else None
 
-    def scores(x, with_intercepts=True):
+    def scores(x):
         if x.dtype is _F32 and x.shape == row32:
             s = np.dot(x, narrow[0])
-            if narrow[1] is not None and with_intercepts:
+            if narrow[1] is not None:
                 s += narrow[1]
             return s
         xf = features_2d(x)
@@ -63,14 +62,15 @@ def _linear_scores(coefficients: np.ndarray, intercepts, rows: int | None):
             if e * f != coef64.size:
                 raise InvalidValueError(f"X has {f} features per sample (shape {list(x.shape)}) but there are "
                                         f"{coef64.size} coefficients" + (f" for {rows} rows" if rows else ""))
-            made = (coef64.reshape(e, f).T.astype(xf.dtype), None if icpt is None else icpt.astype(xf.dtype), None)
+            made = (coef64.reshape(e, f).T.astype(xf.dtype),
+                    None if icpt is None else icpt.astype(xf.dtype).reshape(1, -1), None)
         # np.dot: for 2-D arrays the product @ computes, with less dispatch (a [1, 20] row by [20, 3]:
         # 1.3 vs 2.0 us of CPU time, under load)
         s = np.dot(xf, made[2].T if made[2] is not None and xf.shape[0] == 1 else made[0])
-        if made[1] is not None and with_intercepts:
+        if made[1] is not None:
             s += made[1]
         return s
-    return scores, rows, (None if icpt is None else {dt: made[1] for dt, made in prepared.items()})
+    return scores, rows
 
 
 @kernel("LinearRegressor", since=1, domain=ML)
@@ -82,7 +82,7 @@ def linear_regressor_1(*, coefficients=None, intercepts=None, post_transform="NO
         raise ValueError(f"targets must be positive, got {targets}")
     if intercepts and len(intercepts) != targets:
         raise ValueError(f"intercepts has {len(intercepts)} values, expected targets={targets}")
-    scores, _, _ = _linear_scores(coefficients, intercepts, targets)
+    scores, _ = _linear_scores(coefficients, intercepts, targets)
     return lambda x: apply_transform(transform, scores(x)).astype(np.float32, copy=False)
 
 
@@ -96,7 +96,7 @@ def linear_classifier_1(*, classlabels_ints=None, classlabels_strings=None, coef
         raise ValueError(f"multi_class must be 0 or 1, got {multi_class}")
     if coefficients is None or len(coefficients) == 0:
         raise ValueError("coefficients are required")
-    scores, rows, bias = _linear_scores(coefficients, intercepts, None)
+    scores, rows = _linear_scores(coefficients, intercepts, None)
     if rows not in (None, 1) and rows != len(labels):
         raise ValueError(f"{rows} score rows (intercepts) but {len(labels)} class labels")
     if len(labels) == 2:
@@ -106,28 +106,15 @@ def linear_classifier_1(*, classlabels_ints=None, classlabels_strings=None, coef
     pair = np.array([negative, positive], dtype=labels.dtype)
     pick = label_picker(labels)
     by_row = transform == "SOFTMAX" and 2 <= len(labels) <= ROW_SCORES
-    # batch 1: the intercepts in each compute type as Python floats, added to the row's products on
-    # Python floats; a float64 sum of two float32 values rounded to float32 (array "f") is the float32
-    # sum (double rounding is harmless for + with 53 >= 2 * 24 + 2 bits). ~0.3 us less than s += b and
-    # s.tolist() on a [1, 3] row (measured under load)
-    row_bias = None if bias is None else {dt: b.tolist() for dt, b in bias.items()}
+    one_row = (1, len(labels))
+    singles = [labels[k:k + 1] for k in range(len(labels))]    # batch 1's label, copied per run
 
     def run(x):
-        if by_row:
-            s = scores(x, False)
-            if s.shape == (1, len(labels)):      # batch 1 (_common.ROW_SCORES)
-                v = s.tolist()[0]
-                if row_bias is not None:
-                    v = [a + b for a, b in zip(v, row_bias[s.dtype])]
-                    if s.dtype == _F32:
-                        v = array("f", v).tolist()
-                found = row_top_softmax(v)
-                if found is not None:
-                    return labels[found[0]:found[0] + 1].copy(), found[1]
-            if bias is not None:    # (a NaN or infinite score, or a batch: numpy's path)
-                s += bias[s.dtype]
-        else:
-            s = scores(x)
+        s = scores(x)
+        if by_row and s.shape == one_row:       # batch 1 (_common.ROW_SCORES)
+            found = row_top_softmax(s.tolist()[0])
+            if found is not None:               # (a NaN or infinite score: numpy's path)
+                return singles[found[0]].copy(), found[1]
         if s.shape[1] == 1:   # one score: the second class when positive
             y = pair.take((s[:, 0] > 0).view(np.int8))
             if len(labels) == 2:

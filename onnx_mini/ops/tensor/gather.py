@@ -45,18 +45,21 @@ def gather_elements_11(*, axis=0, _constants=None):
     positions: dict[tuple, np.ndarray | None] = {}
 
     def gather_fixed(data, indices):
-        if indices is fixed and data.flags.c_contiguous:
+        if indices is fixed:
             flat = positions.get(data.shape)
             if flat is None and data.shape not in positions and len(positions) < 64:
                 flat = positions[data.shape] = _flat_positions(data, fixed, axis)
-            if flat is not None:
+            # ravel() is data's elements in C order whatever its layout (a copy when not contiguous):
+            # the layout is read only for data large enough that such a copy would cost more than
+            # the general path (~0.08 us a call saved on a [2, 3] gather)
+            if flat is not None and (data.size <= _SMALL or data.flags.c_contiguous):
                 return data.ravel()[flat]
         return gather_elements(data, indices)
     return gather_fixed
 
 
 def _flat_positions(data: np.ndarray, indices: np.ndarray, axis: int) -> np.ndarray | None:
-    """Where each output element sits in data.ravel() (data C-contiguous), or None when the shapes
+    """Where each output element sits in data.ravel() (C order, whatever the layout), or None when the shapes
     or an index are invalid (the general path reports it, naming the offending value)."""
     try:
         a = elements_axis(data, indices, axis)

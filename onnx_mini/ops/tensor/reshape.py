@@ -105,7 +105,7 @@ def reshape_14(*, allowzero=0, _constants=None):
     allow = bool(allowzero)
 
     def reshape(data, shape):
-        if shape.dtype != _INT64:         # a dtype, not np.int64: half the cost of the comparison
+        if shape.dtype is not _INT64 and shape.dtype != _INT64:   # a dtype, not np.int64: cheaper
             raise InvalidValueError(f"the shape input must be int64, got {shape.dtype}")
         if shape.ndim != 1:
             raise InvalidValueError(f"the shape input must be 1-D, got shape {list(shape.shape)}")
