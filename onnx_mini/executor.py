@@ -1,4 +1,5 @@
-"""The hot loop: walk the plan's steps over a list of slots. No parsing, no lookups, no checks."""
+"""The hot loop: walk the plan's steps over a list of slots. No parsing, no lookups, no checks. A plan
+run often (COMPILE_AFTER runs) runs its steps as one compiled Python function instead of the loop."""
 from __future__ import annotations
 
 import itertools
@@ -26,7 +27,16 @@ def execute(plan: Plan, slots: list[Any], hook: Hook | None = None, scope: tuple
         layout = _layout(plan)
     if layout.blocks and blas.splitting() and parallel.threads() > 1:
         return _execute_blocks(plan, layout, slots)
-    _walk(plan, layout.steps, slots)
+    run = layout.compiled
+    if run is None:
+        layout.runs += 1
+        if layout.runs < COMPILE_AFTER or (run := layout.compile()) is None:
+            _walk(plan, layout.steps, slots)
+            return layout.outputs(slots)
+    try:
+        run(slots)
+    except Exception as e:
+        raise _failure(plan, _failed_step(e, run.__code__), slots, e) from e
     return layout.outputs(slots)
 
 
@@ -49,12 +59,26 @@ def _fast(index: int, fn, ins: tuple, out, frees: tuple) -> tuple:
     return (_GENERAL, fn, ins, None, None, out, free, more, index)
 
 
+# A plan run often is compiled: its steps become the lines of one Python function,
+#     s[5] = f0(s[2], s[3]); s[2] = None
+# with the kernels as its globals, so that a step costs its call and two stores (the 1000-node chain
+# with no-op kernels: ~0.08 against ~0.15 us a step; with its kernels, ~0.12 us a step less). It runs
+# exactly the loop's calls (the same argument references: inplace.py's counts hold), in the same order;
+# a failing step is found from the traceback's line. Compiling costs ~35-45 us a step here (Python's
+# compiler), what ~400 runs save: a plan is compiled at its COMPILE_AFTER-th run, when it is likely to
+# run many more times (a server's model, a Loop's body), and never above COMPILE_MAX steps (the one
+# run paying for the compile must stay short: 4096 steps, ~0.2 s).
+COMPILE_AFTER = 256
+COMPILE_MAX = 4096
+
+
 class _Layout:
     """plan.steps in the loop's layout, the stretches and branches of plan.blocks in it, and
-    outputs(slots): the list of the graph outputs' values."""
-    __slots__ = ("source", "blocks", "steps", "stretches", "branches", "outputs")
+    outputs(slots): the list of the graph outputs' values; runs and compiled: see COMPILE_AFTER."""
+    __slots__ = ("source", "blocks", "steps", "stretches", "branches", "outputs", "runs", "compiled")
 
     def __init__(self, plan: Plan):
+        self.runs, self.compiled = 0, None
         self.source, self.blocks = plan.steps, plan.blocks
         self.steps = [_fast(i, *step) for i, step in enumerate(plan.steps)]
         self.outputs = slot_getter(plan.output_slots)
@@ -65,6 +89,36 @@ class _Layout:
             self.branches.append([[_fast(*s) for s in branch] for branch in block.branches])
             pos = block.stop
         self.stretches.append(self.steps[pos:])
+
+    def compile(self):
+        """The steps as one compiled function run(slots) (kept in self.compiled), or None (and the
+        loop kept: runs stops counting) for a plan above COMPILE_MAX steps."""
+        steps = self.source
+        if len(steps) > COMPILE_MAX:
+            self.runs = -(1 << 62)
+            return None
+        # the source holds nothing but slot numbers (`:d` takes ints only) and the names f0, f1, ...
+        names = {"_store": _store}
+        lines = ["def run(s):"]            # step k on line k + 2 (_failed_step)
+        for k, (fn, ins, out, frees) in enumerate(steps):
+            names[f"f{k}"] = fn
+            call = f"f{k}({', '.join(f's[{i:d}]' for i in ins)})"
+            line = (f"s[{out:d}] = {call}" if out.__class__ is int
+                    else f"_store(({''.join(f'{o:d}, ' for o in out)}), {call}, s)")
+            lines.append("    " + "; ".join([line] + [f"s[{f:d}] = None" for f in frees]))
+        if not steps:
+            lines.append("    pass")
+        exec(compile("\n".join(lines), "<onnx_mini plan>", "exec"), names)
+        self.compiled = names["run"]
+        return self.compiled
+
+
+def _failed_step(error: BaseException, code) -> int:
+    """The index of the step of a compiled plan (its function's `code`) that raised `error`."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_frame.f_code is not code:
+        tb = tb.tb_next
+    return tb.tb_lineno - 2
 
 
 def _layout(plan: Plan) -> _Layout:
