@@ -291,17 +291,20 @@ def test_axes_are_resized_in_the_cheapest_order():
     assert _cheapest_order((1, 32, 64, 64), axes, [3], [1, 32, 64, 128]) == [3]
 
 
-# -- integer-factor upsampling (resize._apply_periodic) ---------------------------------------------
+# -- integer-factor upsampling (resize._apply_periodic, resize._repeat) --------------------------------
 
 @pytest.mark.parametrize("mode, nearest_mode", MODES)
 @pytest.mark.parametrize("exclude_outside, antialias", [(0, 0), (1, 0), (0, 1)])
 def test_integer_factor_upsample_against_the_slow_reference(mode, nearest_mode, exclude_outside, antialias,
                                                             monkeypatch):
-    """Factors 2 and 3 on the last axis, which take the periodic-taps path where the taps repeat
-    (antialias: one resized axis only, the reference's wide filter is slow)."""
+    """Factors 2 and 3, which take the periodic-taps path (or for nearest the plain repeat) where
+    the taps repeat (antialias: one resized axis only, the reference's wide filter is slow)."""
     from onnx_mini.ops.tensor import resize
-    calls, periodic = [], resize._apply_periodic
-    monkeypatch.setattr(resize, "_apply_periodic", lambda *a: calls.append(a[2]) or periodic(*a))
+    monkeypatch.setattr(resize, "FAST_MIN_LAST", 0)     # (small arrays keep the gathers)
+    monkeypatch.setattr(resize, "FAST_MIN_OUTER", 0)
+    calls, periodic, repeat = [], resize._apply_periodic, resize._repeat
+    monkeypatch.setattr(resize, "_apply_periodic", lambda *a: calls.append(a[2].f) or periodic(*a))
+    monkeypatch.setattr(resize, "_repeat", lambda *a: calls.append(a[2]) or repeat(*a))
     x = (np.arange(1, 1 + 2 * 3 * 5, dtype=np.float32).reshape(1, 2, 3, 5) ** 1.3) * np.where(
         np.arange(5) % 2, -1, 1).astype(np.float32)
     for coord in COORDS[19]:
@@ -340,10 +343,10 @@ def test_periodic_taps_give_the_bits_of_the_gathers(mode, coord, f):
     xo = resize._original_coords(cfg, n * f, n, float(f), float(n * f), 0.0, 1.0)
     idx, w = resize._taps(cfg, xo, n, float(f))
     wt = None if w is None else w.astype(np.float32)
-    period = resize._periodic_taps(idx, wt, n)
-    assert period is not None and period[0] == f
+    period = resize._periodic_taps(idx, wt, n, 2, 3)
+    assert period is not None and period.f == f
     x = np.random.default_rng(f).standard_normal((2, 3, n)).astype(np.float32) * 10
-    got = resize._apply_periodic(x, 2, *period)
+    got = resize._apply_periodic(x, 2, period)
     if wt is None:
         exp = x[..., idx[:, 0]]
     else:
