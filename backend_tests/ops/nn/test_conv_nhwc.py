@@ -54,6 +54,8 @@ CASES = [   # (C, M, group, k, strides, pads, H, W): the path each one takes
     (3, 3, 3, 2, (1, 1), (0, 0, 1, 1), 4, 4),           # depthwise 2x2, end padding only
     (4, 6, 2, 3, (1, 1), (1, 1, 1, 1), 5, 5),           # grouped (neither 1 nor depthwise): NCHW fallback
     (3, 8, 1, 3, (2, 2), (1, 1, 1, 1), 8, 8),           # few channels: im2col still computes it
+    (4, 4, 4, 2, (1, 3), (0, 1, 0, 1), 6, 50),          # depthwise 2x2 /3, wide: phase 2 holds no kernel column
+    (3, 3, 3, 1, (2, 2), (0, 0, 0, 0), 5, 40),          # depthwise 1x1 /2, wide: phase 0 alone
 ]
 
 
@@ -105,7 +107,7 @@ def test_activation_and_residual(activation, params, f, case):
     np.testing.assert_allclose(got, f(y0 + z), rtol=1e-5, atol=2e-4)
 
 
-@pytest.mark.parametrize("case", [0, 3, 5, 6, 7])
+@pytest.mark.parametrize("case", [0, 3, 5, 6, 7, 8, 12, 13])
 def test_infinities_and_nan_propagate_as_the_sums_do(case):
     c, m, group, k, strides, pads, h, wd = CASES[case]
     x = data((1, c, h, wd), 11)

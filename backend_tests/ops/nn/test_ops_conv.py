@@ -1503,6 +1503,9 @@ PHASE_CASES = [  # (x shape, kernel, strides, dilations, pads begin + end, group
     ((1, 2, 13), (5,), (2,), (3,), (4, 1), 1),                      # 1-D
     ((1, 2, 5, 6, 7), (3, 1, 2), (2, 1, 3), (1, 1, 2), (1, 0, 2, 1, 0, 0), 1),   # 3-D, one axis unstrided
     ((1, 1, 4, 4), (1, 1), (4, 4), (1, 1), (0, 0, 0, 0), 1),        # one phase of each 4x4 block is all
+    ((1, 2, 9, 8), (1, 3), (2, 2), (1, 1), (0, 1, 0, 1), 1),        # one tap down a strided axis: rows in phases
+    ((1, 2, 11, 9), (3, 2), (2, 2), (2, 1), (1, 0, 1, 1), 1),       # dilation 2 down stride 2: rows in phases
+    ((1, 2, 9, 8), (3, 3), (2, 1), (1, 1), (1, 1, 1, 1), 1),        # only the rows strided: no phase, rows read at 2
 ]
 
 
@@ -1513,6 +1516,7 @@ def _columns_pair(monkeypatch, xs, kernel, strides, dil, pads, group, dtype):
     out = [(s + b + e - (k - 1) * d - 1) // st + 1
            for s, b, e, k, d, st in zip(xs[2:], begin, end, kernel, dil, strides)]
     made = []
+    monkeypatch.setattr(thresholds, "PHASES_SINGLE_TAP", True)
     for limit in (1 << 60, 0):
         monkeypatch.setattr(thresholds, "PHASES_MIN_COLUMN_BYTES", limit)
         made.append(im2col.Columns(xs, dtype, group, kernel, strides, dil, begin, end, out))
@@ -1547,6 +1551,7 @@ def test_im2col_phase_columns_equal_the_window_columns(monkeypatch, xs, kernel, 
 @pytest.mark.parametrize("xs,kernel,strides,dil,pads,group", PHASE_CASES)
 def test_im2col_phases_conv_against_direct_loop(monkeypatch, xs, kernel, strides, dil, pads, group):
     monkeypatch.setattr(thresholds, "PHASES_MIN_COLUMN_BYTES", 0)
+    monkeypatch.setattr(thresholds, "PHASES_SINGLE_TAP", True)
     calls = spy_on(monkeypatch, im2col.Phases, "columns")
     x, w, b = ints(xs), ints((4, xs[1] // group, *kernel)), ints((4,))
     attrs = dict(group=group, strides=list(strides), dilations=list(dil), pads=list(pads))
@@ -1554,16 +1559,34 @@ def test_im2col_phases_conv_against_direct_loop(monkeypatch, xs, kernel, strides
     assert calls == ["columns"]
 
 
+def test_im2col_phases_only_where_taps_skip_positions():
+    """The phases split the last axis by its stride, and another strided axis only where its taps skip
+    positions; a phase no tap reads is neither kept nor filled. 3x3 /2 (pad 1) on 3x224x224: every row
+    is read, so 2 column phases of 225 rows (the 224 + 1 padding rows the windows reach) x 113 columns;
+    1x1 /4 on 4x4: 4 x 4 phases of one position, the first alone read and filled."""
+    f32 = np.dtype(np.float32)
+    stem = im2col.Phases((1, 3, 224, 224), f32, (3, 3), (2, 2), (1, 1), (1, 1), (112, 112))
+    assert stem.shape == (1, 2, 3, 225, 113) and len(stem.fills) == 2 and stem.zeros
+    sparse = im2col.Phases((1, 1, 4, 4), f32, (1, 1), (4, 4), (1, 1), (0, 0), (1, 1))
+    assert sparse.shape == (4, 4, 1, 1, 1) and len(sparse.fills) == 1 and len(sparse.taps) == 1
+    x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    assert sparse.columns(x).reshape(-1).tolist() == [0.0]
+
+
 def test_im2col_phases_chosen_by_the_size_of_the_columns():
-    """From thresholds.PHASES_MIN_COLUMN_BYTES of columns on (768 KB): the first conv of a 224x224 RGB
-    network (3 x 9 x 112 x 112 x 4 bytes = 1.35 MB) gathers from its phases; a small strided layer
-    (16 x 9 x 12 x 12 x 4 = 83 KB) and an unstrided one (any size) from the window view."""
-    def phased(c, side, stride, dtype=np.float32):
-        out = (side + 2 - 3) // stride + 1
-        return im2col.Columns((1, c, side, side), np.dtype(dtype), 1, (3, 3), (stride, stride), (1, 1), (1, 1),
-                              (1, 1), (out, out)).phases is not None
-    assert phased(3, 224, 2) and not phased(16, 24, 2) and not phased(3, 224, 1)
-    assert phased(3, 160, 2, np.float64) and not phased(3, 160, 2)     # 691 KB in float32, twice that in float64
+    """From thresholds.PHASES_MIN_COLUMN_BYTES of columns on (320 KB): the first conv of a 224x224 RGB
+    network (3 x 9 x 112 x 112 x 4 bytes = 1.35 MB) and MobileNet's 16x56x56 /2 depthwise layer
+    (441 KB) gather from their phases; a small strided layer (16 x 9 x 12 x 12 x 4 = 83 KB), an
+    unstrided one (any size) and a 1x1 /2 one (one tap per strided axis: the window view reads each
+    value once) from the window view."""
+    def phased(c, side, stride, dtype=np.float32, k=3, group=1):
+        out = (side + 2 * (k // 2) - k) // stride + 1
+        return im2col.Columns((1, c, side, side), np.dtype(dtype), group, (k, k), (stride, stride), (1, 1),
+                              (k // 2,) * 2, (k // 2,) * 2, (out, out)).phases is not None
+    assert phased(3, 224, 2) and phased(16, 56, 2, group=16)
+    assert not phased(16, 24, 2) and not phased(3, 224, 1) and not phased(256, 56, 2, k=1)
+    assert phased(3, 96, 2, np.float64) and not phased(3, 96, 2)       # 249 KB in float32, twice that in float64
+    assert phased(16, 48, 2) and not phased(16, 40, 2)                  # 324 and 225 KB
 
 
 BAND_CASES = [  # (x shape, w shape, attributes)

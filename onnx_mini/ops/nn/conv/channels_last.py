@@ -20,7 +20,7 @@ import numpy as np
 
 from .... import blas, parallel
 from ..._common import by_shape, prepack
-from .._common import finite, geometry, read_extent, read_region, strided_view
+from .._common import geometry, read_extent, read_region, strided_view
 from . import thresholds
 from .run import Convolution
 
@@ -75,7 +75,7 @@ class ConvNHWC:
         self.kernel_shape, self.pads, self.strides = kernel_shape, pads, strides
         # a constant W's one layout, made once (1x1: im2col's [C, M] is W^T, the pointwise product's)
         self.weights = prepack(im2col_weights if group == 1 else depthwise_taps, constants, (1,))
-        self.tiled = {}         # Wo (or the slots' key) -> the constant taps tiled along a window row
+        self.tiled = {}         # Wo -> the constant taps tiled along a window row
         self.w_const = constants.get(1)
         self.b_const = constants.get(2)
         self.rows = {}          # Wo -> the constant B tiled along an output row
@@ -200,64 +200,38 @@ class ConvNHWC:
     def _depthwise_phased(self, x, w, strides, out, plan):
         """Stride s > 1 along the width: the padded input stored as its s column phases (phase p's
         column j holding padded column j*s + p), so that kernel column t reads a contiguous run of
-        Wo*C values from phase t % s, column t // s on. One einsum over the (row, phase, column) slots,
-        those without a tap weighted 0 (3x3 /2: 12 slots for 9 taps); a slot without a tap still reads
-        a value, and 0 * inf is NaN: when the sums are not all finite they are made again from the taps
-        alone, one einsum over the rows per kernel column. (Under load, 3x3 /2: 16x112x112 309 us, per
-        column 344, the 6-d windows einsum 1160; 16x56x56 84 / 115 / 315.)"""
+        Wo*C values from phase t % s, column t // s on. One einsum per phase over its taps (3x3 /2:
+        6 and 3), the later ones added: every slot holds a tap, so no product of a padding slot's
+        weight 0 with an infinity makes a NaN. (Under load, 3x3 /2, against one einsum over 12
+        (row, phase, column) slots, 3 of them weighted 0: 16x112x112 408 -> 368 us, 64x112x112
+        1211 -> 1129, 128x56x56 500 -> 481, 32x56x56 206 -> 192; the 6-d windows einsum 1160 / 315
+        at 16x112x112 / 16x56x56.)"""
         n, c = x.shape[0], x.shape[3]
         kh, kw = w.shape[2:]
         oh, ow = out
         sh, sw = strides
         _, _, _, need, dst, src, (cols, regions) = plan
-        nq = (kw - 1) // sw + 1
         xp = np.zeros((n, need[0], sw, cols, c), x.dtype)
         for p, (lo, hi), cs in regions:
             xp[:, dst[0], p, lo:hi] = x[:, src[0], cs]
-        taps = self.weights(w)
-        wt = self._tiled(taps, w, ow)
-        slots = self._slots(wt, w, sw, nq)
+        wt = self._tiled(self.weights(w), w, ow)          # (kh, kw, Wo*C)
         y = np.empty((n, oh, ow, c), x.dtype)
         rows = y.reshape(n, oh, ow * c)
-        s0, s1, s2, s3, s4 = xp.strides
-        windows = np.lib.stride_tricks.as_strided(xp, (n, oh, kh, sw, nq, ow * c), (s0, s1 * sh, s1, s2, s3, s4),
-                                                  writeable=False)
-        macs = n * ow * c * kh * sw * nq
-        split = max(1, thresholds.DW_MIN_PART_MACS // max(1, macs))
+        s0, s1, _, s3, s4 = xp.strides
+        # phase p: the kernel columns p, p + s, ... (phase 0 always has one), the q-th of them from column q on
+        phases = [(np.lib.stride_tricks.as_strided(xp[:, :, p], (n, oh, kh, len(range(p, kw, sw)), ow * c),
+                                                   (s0, s1 * sh, s1, s3, s4), writeable=False), wt[:, p::sw])
+                  for p in range(min(sw, kw))]
 
         def part(r0, r1):
-            np.einsum("nhapqr,apqr->nhr", windows[:, r0:r1], slots, out=rows[:, r0:r1])
-        parallel.split(part, oh, split)
-        if sw * nq == kw:
-            return y
-        with np.errstate(over="ignore", invalid="ignore"):
-            sums = np.add.reduce(rows.reshape(-1, ow * c), axis=0)     # a vector add per row: cheap
-        if finite(sums):
-            return y
-        views = [windows[:, :, :, t % sw, t // sw] for t in range(kw)]
-
-        def by_column(r0, r1):
-            tmp = np.empty_like(rows[:, r0:r1])
-            for t, view in enumerate(views):
-                np.einsum("nhar,ar->nhr", view[:, r0:r1], wt[:, t], out=rows[:, r0:r1] if t == 0 else tmp)
-                if t:
+            tmp = np.empty_like(rows[:, r0:r1]) if len(phases) > 1 else None
+            for k, (view, taps) in enumerate(phases):
+                np.einsum("nhaqr,aqr->nhr", view[:, r0:r1], taps, out=tmp if k else rows[:, r0:r1])
+                if k:
                     rows[:, r0:r1] += tmp
-        parallel.split(by_column, oh, split)
+        macs = n * ow * c * kh * kw
+        parallel.split(part, oh, max(1, thresholds.DW_MIN_PART_MACS // max(1, macs)))
         return y
-
-    def _slots(self, wt, w, sw, nq):
-        """The tiled taps (kh, kw, Wo*C) placed in the (kh, s, nq, Wo*C) slots, zeros where no tap."""
-        key = ("slots", wt.shape)
-        made = self.tiled.get(key) if w is self.w_const else None
-        if made is None:
-            kh, kw, r = wt.shape
-            made = np.zeros((kh, sw, nq, r), wt.dtype)
-            for t in range(kw):
-                made[:, t % sw, t // sw] = wt[:, t]
-            if w is self.w_const and len(self.tiled) < 32:
-                made.flags.writeable = False
-                self.tiled[key] = made
-        return made
 
     def _tiled(self, taps, w, ow):
         if w is not self.w_const:

@@ -55,7 +55,7 @@ class Columns:
         self.cols_shape = (1, group, cg * math.prod(kernel), math.prod(out))
         column_bytes = c * math.prod(kernel) * math.prod(out) * item
         self.phases = (Phases(x_shape, self.dtype, kernel, strides, dil, begin, out)
-                       if Phases.applies(strides, column_bytes) else None)
+                       if Phases.applies(kernel, strides, column_bytes) else None)
         # one group's columns too large for the caches: gathered and multiplied in bands of output rows
         self.band = (max(1, thresholds.IM2COL_BAND_BYTES * out[0] // column_bytes)
                      if group == 1 and self.phases is None and column_bytes >= thresholds.IM2COL_BANDS_MIN_BYTES
@@ -78,56 +78,70 @@ class Columns:
 
 
 class Phases:
-    """Columns of a strided Conv from the stride phases of its padded input: phase a (one offset per
-    axis, 0 <= a < stride) holds the padded positions a, a + stride, ...; the tap at offset t*dilation
-    reads phase (t*dilation) % stride from (t*dilation) // stride on, a plain slice. The phases are
-    filled from X directly (each X element copied once, the padding left zero, no padded copy), then
-    each tap's slice is copied into its rows of the columns in runs of the output's last axis, where
-    the window view reads every element with the stride's gap. Stride 2 along the last axis of 4-byte
-    values (little-endian): X's pairs read as 8-byte integers and cast to 4 bytes keep the first of
-    each pair, bit for bit, in one contiguous pass (numpy's gapped copy is half as fast: 26 -> 13 us
-    for a 3x112x112 phase). The columns are the same values in the same order: the product is unchanged."""
+    """Columns of a strided Conv from the stride phases of its padded input: along the last axis (and
+    along any other strided axis whose taps skip some positions), phase a (0 <= a < stride) holds the
+    padded positions a, a + stride, ...; the tap at offset t*dilation reads phase (t*dilation) % stride
+    from (t*dilation) // stride on, a plain slice. The other axes keep every padded position, their
+    taps read it at the stride: those copies still run along whole output rows, and filling half as many
+    phases was faster (3x3 /2: 3x224x224 166 -> 149 us, 16x112x112 171 -> 156, 16x56x56 101 -> 89).
+    The phases are filled from X directly (each X element copied once, the padding left zero, no padded
+    copy; a phase no tap reads is left out), then each tap's slice is copied into its rows of the columns
+    in runs of the output's last axis, where the window view reads every element with the stride's gap.
+    Stride 2 along the last axis of 4-byte values (little-endian): X's pairs read as 8-byte integers and
+    cast to 4 bytes keep the first of each pair, bit for bit, in one contiguous pass (numpy's gapped
+    copy is half as fast: 26 -> 13 us for a 3x112x112 phase). The columns are the same values in the
+    same order: the product is unchanged."""
     __slots__ = ("shape", "zeros", "fills", "taps", "cols", "dtype", "pairs")
 
     def __init__(self, x_shape, dtype, kernel, strides, dil, begin, out):
         c, sizes = x_shape[1], x_shape[2:]
         self.dtype = dtype
         self.pairs = dtype.itemsize == 4 and np.little_endian
+        last = len(sizes) - 1
+        # the phase count per axis: the stride along the last axis and where the taps skip positions
+        # (e.g. 1x1 /2), else 1 (every position read: 3x3 /2)
+        qs = [s if d == last or len({t * e % s for t in range(k)}) < s else 1
+              for d, (k, s, e) in enumerate(zip(kernel, strides, dil))]
         # each phase as long as the furthest tap reads (the rest of the padded input is never read)
-        lengths = [(k - 1) * d // s + n for k, d, s, n in zip(kernel, dil, strides, out)]
-        self.shape = (*strides, c, *lengths)
-        self.zeros = False
-        self.fills = []          # (a phase's region receiving X, X's strided slices), phases X reaches
-        for phase in np.ndindex(*strides):
-            dst, src = [], []
-            for a, s, b, size, length in zip(phase, strides, begin, sizes, lengths):
-                i0 = max(0, -(-(b - a) // s))                      # its first position inside X ...
-                i1 = max(i0, min(length, (size - 1 + b - a) // s + 1))   # ... and past its last
-                self.zeros |= i0 > 0 or i1 < length                # padding lands in this phase
-                dst.append(slice(i0, i1))
-                src.append(slice(a + s * i0 - b, a + s * (i1 - 1) - b + 1, s))
-            if all(d.stop > d.start for d in dst):
-                self.fills.append(self._fill(phase + (slice(None), *dst[:-1]), (0, slice(None), *src[:-1]),
-                                             dst[-1], src[-1], sizes[-1]))
-        # the taps reading one phase: on each axis every q-th tap from the first, q = s / gcd(s, d), each
-        # d / gcd(s, d) phase positions after the previous: one strided view of the phase for all of them
+        lengths = [(k - 1) * e // q + (n - 1) * (s // q) + 1 for k, e, s, q, n in zip(kernel, dil, strides, qs, out)]
+        self.shape = (*qs, c, *lengths)
+        # the taps reading one phase: on each axis every u-th tap from the first, u = q / gcd(q, d), each
+        # d / gcd(q, d) phase positions after the previous: one strided view of the phase for all of them
         steps = [math.prod(lengths[d + 1:]) for d in range(len(lengths))]   # the phases' element strides
         size = math.prod(lengths)                                           # ... and one channel's
         item = dtype.itemsize
         self.taps = []           # (those taps' rows of the columns, their view's offset, shape, strides)
-        for phase in np.ndindex(*strides):
-            firsts = [next((t for t in range(k) if t * d % s == a), None)
-                      for a, k, d, s in zip(phase, kernel, dil, strides)]
+        read = set()
+        for phase in np.ndindex(*qs):
+            firsts = [next((t for t in range(k) if t * e % q == a), None)
+                      for a, k, e, q in zip(phase, kernel, dil, qs)]
             if None in firsts:
                 continue
-            qs = [s // math.gcd(s, d) for s, d in zip(strides, dil)]        # tap steps ...
-            gaps = [d // math.gcd(s, d) for s, d in zip(strides, dil)]      # ... and phase positions between
-            counts = [len(range(t0, k, q)) for t0, k, q in zip(firsts, kernel, qs)]
-            start = sum(t0 * d // s * st for t0, d, s, st in zip(firsts, dil, strides, steps))
-            offset = (int(np.ravel_multi_index(phase, strides)) * c * size + start) * item
-            self.taps.append(((slice(None), *(slice(t0, None, q) for t0, q in zip(firsts, qs))), offset,
+            read.add(phase)
+            us = [q // math.gcd(q, e) for q, e in zip(qs, dil)]             # tap steps ...
+            gaps = [e // math.gcd(q, e) for q, e in zip(qs, dil)]           # ... and phase positions between
+            counts = [len(range(t0, k, u)) for t0, k, u in zip(firsts, kernel, us)]
+            start = sum(t0 * e // q * st for t0, e, q, st in zip(firsts, dil, qs, steps))
+            offset = (int(np.ravel_multi_index(phase, qs)) * c * size + start) * item
+            self.taps.append(((slice(None), *(slice(t0, None, u) for t0, u in zip(firsts, us))), offset,
                               (c, *counts, *out),
-                              tuple(item * v for v in (size, *(g * st for g, st in zip(gaps, steps)), *steps))))
+                              tuple(item * v for v in (size, *(g * st for g, st in zip(gaps, steps)),
+                                                        *(s // q * st for s, q, st in zip(strides, qs, steps))))))
+        self.zeros = False
+        self.fills = []          # (a phase's region receiving X, X's strided slices), phases read that X reaches
+        for phase in sorted(read):
+            dst, src = [], []
+            for a, q, b, size_, length in zip(phase, qs, begin, sizes, lengths):
+                i0 = max(0, -(-(b - a) // q))                      # its first position inside X ...
+                i1 = max(i0, min(length, (size_ - 1 + b - a) // q + 1))   # ... and past its last
+                self.zeros |= i0 > 0 or i1 < length                # padding lands in this phase
+                dst.append(slice(i0, i1))
+                src.append(slice(a + q * i0 - b, a + q * (i1 - 1) - b + 1, q))
+            if all(d.stop > d.start for d in dst):
+                self.fills.append(self._fill(phase + (slice(None), *dst[:-1]), (0, slice(None), *src[:-1]),
+                                             dst[-1], src[-1], sizes[-1]))
+            else:
+                self.zeros = True                                  # a phase read but all padding
         self.cols = (c, *kernel, *out)
 
     def _fill(self, dst, src, last_dst, last_src, width):
@@ -136,8 +150,12 @@ class Phases:
         return whole, (pair_split(*whole, width) if self.pairs else None)
 
     @staticmethod
-    def applies(strides, column_bytes) -> bool:
-        return any(s > 1 for s in strides) and column_bytes >= thresholds.PHASES_MIN_COLUMN_BYTES
+    def applies(kernel, strides, column_bytes) -> bool:
+        """Whether the columns come from the phases: strided, large enough, and (unless
+        thresholds.PHASES_SINGLE_TAP) more than one tap along a strided axis (else the window view
+        is one gapped copy of the values the columns hold, no value read twice)."""
+        return (any(s > 1 for s in strides) and column_bytes >= thresholds.PHASES_MIN_COLUMN_BYTES
+                and (thresholds.PHASES_SINGLE_TAP or any(k > 1 and s > 1 for k, s in zip(kernel, strides))))
 
     def columns(self, x):
         """x (1, C, *spatial) in the compute type -> the columns as (C, *kernel, *out)."""

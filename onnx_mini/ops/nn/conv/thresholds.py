@@ -35,8 +35,11 @@ DW_MIN_PART_MACS = 700_000               # a thread per part of this many MACs (
 TRANSPOSE_MIN_PIXELS = 576               # blocked transposes / column phases from 24x24 on (20x20 lost)
 TRANSPOSE_BLOCK_PIXELS = 196             # back to NCHW in blocks of this many pixels (136x28x28 66 -> 38 us)
 TRANSPOSE_CHANNELS = 64                  # to channels-last this many channels at a time (112x56x56 174 -> 130 us)
-PHASES_MIN_COLUMN_BYTES = 768 << 10      # strided im2col from the stride phases: won from ~0.9 MB of columns (3x224x224
-                                         # /2 233 -> 154 us, 16x112x112 /2 333 -> 281), tied at 0.45-0.9 MB, lost below
+PHASES_MIN_COLUMN_BYTES = 320 << 10      # strided im2col from the stride phases (3x3 /2, columns only, loaded): won from
+                                         # 324 KB (16x48x48 79 -> 68 us, 48x28x28 130 -> 120, 16x56x56 124 -> 109,
+                                         # 3x224x224 174 -> 104), tied at 288 KB (8x64x64), lost at 225 KB (16x40x40 57 -> 69)
+PHASES_SINGLE_TAP = False                # ... not with one tap per strided axis (1x1 /2: the window view's one gapped
+                                         # copy beat the phases' two, 256x56x56 129 against 141 us; 64x56x56 40 / 43)
 IM2COL_BANDS_MIN_BYTES = 4 << 20         # "split" runs: one group's columns from this size in bands (16x128x128 -> 16,
                                          # 9.4 MB: 2.8 -> 2.2 ms; 32x64x64 -> 32, 4.7 MB: 2.4 -> 2.2; 2.4 MB: a tie)
 IM2COL_BAND_BYTES = 576 << 10            # ... of about this many bytes of columns (16x128x128 -> 16: 576 KB 0.77 of
