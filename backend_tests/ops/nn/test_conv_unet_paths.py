@@ -1,4 +1,5 @@
-"""The paths a U-Net's stride-1 3x3 Convs take: shifted windows or im2col depending on whether the run
+"""The paths a U-Net's stride-1 3x3 Convs take: strips in both modes where M is small against kw*C;
+elsewhere (strips off here: `no_strips`) shifted windows or im2col depending on whether the run
 splits its products over onnx_mini's pool (blas.splitting: a busy machine), im2col's bands, and the
 fallback of Winograd for non-finite values in either mode. Values against a direct sum written here
 from Conv's definition: y[m, i, j] = b[m] + sum over c and taps (t0, t1) of
@@ -50,8 +51,21 @@ def mode(monkeypatch):
     return lambda split: state.__setitem__("split", split)
 
 
+@pytest.fixture
+def no_strips(monkeypatch):
+    """Strips taken for no Conv of their own choice (the choices that remain are under test)."""
+    monkeypatch.setattr(thresholds, "STRIPS_MIN_PIXELS", 1 << 62)
+
+
 @pytest.mark.parametrize("c,m,side", [(32, 16, 128), (64, 32, 64), (128, 64, 32), (64, 64, 224)])
-def test_select_leaves_shifted_to_runs_that_do_not_split(monkeypatch, c, m, side):
+def test_select_takes_strips_in_both_modes(c, m, side):
+    """The U-Net's decoder Convs (fewer outputs than inputs) and a VGG-sized one go strips whether the
+    run splits its products or not (thresholds.STRIPS_*)."""
+    assert select_3x3(c, m, side) == select_3x3(c, m, side, splitting=True) == "strips"
+
+
+@pytest.mark.parametrize("c,m,side", [(32, 16, 128), (64, 32, 64), (128, 64, 32), (64, 64, 224)])
+def test_select_leaves_shifted_to_runs_that_do_not_split(monkeypatch, no_strips, c, m, side):
     """The U-Net's decoder Convs (fewer outputs than inputs) and a VGG-sized one go shifted in a run
     that leaves its products whole, im2col in one that splits them (thresholds.SHIFT_WHEN_SPLITTING);
     a forced shifted stays shifted."""
@@ -71,7 +85,7 @@ def test_select_splitting_changes_nothing_else():
 
 
 @pytest.mark.parametrize("bands", [False, True])
-def test_one_convolution_follows_the_mode_of_each_run(mode, monkeypatch, bands):
+def test_one_convolution_follows_the_mode_of_each_run(mode, monkeypatch, no_strips, bands):
     """One Conv (its shape's plan kept) called in runs of either mode takes shifted or im2col (in bands
     when its columns are large: forced here by small thresholds), with its bias and a ReLU epilogue,
     and gives the same exact values each time."""

@@ -306,10 +306,13 @@ def select_3x3(c, m, side, dtype=np.float32, stride=1, group=1, n=1, forced=None
 @pytest.mark.parametrize("c,m,side,formulation", [(64, 64, 56, "im2col"), (64, 64, 224, "shifted"),
                                                    (4, 5, 224, "im2col"), (5, 4, 24, "im2col"),
                                                    (128, 64, 56, "shifted")])
-def test_conv_same_channels_go_shifted_when_the_columns_are_large(c, m, side, formulation):
-    """As many outputs as inputs: shifted windows once im2col's columns would pass
+def test_conv_same_channels_go_shifted_when_the_columns_are_large(monkeypatch, c, m, side, formulation):
+    """Where strips does not take the Conv (off here; every one of these would go strips): as many
+    outputs as inputs, shifted windows once im2col's columns would pass
     thresholds.SHIFT_SAME_MIN_COLUMN_BYTES (VGG's 224x224x64: 110 MB; 56x56x64: 7 MB); fewer outputs
     from thresholds.SHIFT_MIN_PIXELS output pixels on."""
+    assert select_3x3(c, m, side) == "strips"
+    monkeypatch.setattr(thresholds, "STRIPS_MIN_PIXELS", 1 << 62)
     assert select_3x3(c, m, side) == formulation
 
 
@@ -747,7 +750,7 @@ def test_conv_select_is_a_pure_function_of_shapes():
     assert select_3x3(768, 768, 14, group=768, finite=False) == "depthwise-einsum"
     assert select_3x3(32, 32, 28, group=32, forced="depthwise-flat") == "depthwise-flat"
     assert select_3x3(32, 64, 28, group=32, forced="depthwise-einsum") == "depthwise-channels-last"   # multiplier
-    assert select_3x3(32, 32, 28, forced="depthwise-flat") == "im2col"       # not depthwise
+    assert select_3x3(32, 32, 28, forced="depthwise-flat") == "strips"       # not depthwise
     assert select_3x3(0, 4, 5) == select_3x3(4, 4, 5, n=0) == "empty"
     one = dict(group=1, kernel=[1, 1], strides=[1, 1], dilations=[1, 1], begin=[0, 0], end=[0, 0], out=[5, 5])
     assert conv.select((1, 8, 5, 5), (16, 8, 1, 1), np.float32, **one) == "pointwise"
@@ -1620,6 +1623,7 @@ def test_im2col_bands_results_do_not_depend_on_the_threads(monkeypatch, threads)
     float32 layer of random values gives the same bits in "split" mode on two threads as on one."""
     monkeypatch.setattr(thresholds, "IM2COL_BANDS_MIN_BYTES", 0)
     monkeypatch.setattr(thresholds, "IM2COL_BAND_BYTES", 4000)
+    monkeypatch.setattr(thresholds, "STRIPS_MIN_PIXELS", 1 << 62)      # (this Conv would go strips)
     x = RNG.standard_normal((1, 8, 24, 20)).astype(np.float32)
     w = RNG.standard_normal((6, 8, 3, 3)).astype(np.float32)
     node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])

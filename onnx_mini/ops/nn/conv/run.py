@@ -7,7 +7,8 @@ the model (never in a process-wide cache):
   any will: a 7x7 layer never does, and keeping it would cost 16/9 of W);
 - the banded matrices and the depthwise einsum's tiled weights: once per input shape (they depend
   on its output width);
-- W's taps in a channels-last window's order (im2col.rows_weights): on the first run by rows.
+- W's taps in a channels-last window's order (im2col.rows_weights): on the first run by rows;
+- W's kernel rows stacked with B in a column (strips.weights): on the first run by strips.
 A W fed at run time is transformed on every call, as are a constant W's transforms when another W
 comes instead (identity decides: a constant arrives as that same array). W's finiteness (for the
 transforms that need it) is checked once for a constant W, per call otherwise; X's on every call.
@@ -19,7 +20,7 @@ import numpy as np
 from .... import blas
 from .._common import finite, per_image, read_extent
 from ..._common import UPCAST
-from . import banded, checks, depthwise, im2col, pointwise, shifted, thresholds, winograd
+from . import banded, checks, depthwise, im2col, pointwise, shifted, strips, thresholds, winograd
 from .select import EMPTY, NEEDS_FINITE, check_name, select
 
 
@@ -75,7 +76,7 @@ class Convolution:
         r = x.ndim - 2
         constant = w is self.w
         dtype = x.dtype
-        given_w = w
+        given_w, given_b = w, b
         if dtype in UPCAST:
             x, w = x.astype(np.float32), w.astype(np.float32)
             b = None if b is None else b.astype(np.float32)
@@ -138,6 +139,12 @@ class Convolution:
         elif name == "winograd":
             u = self._winograd(given_w, x.dtype) if constant else winograd.weights(given_w, x.dtype)
             return _per_image(winograd.conv, x, m, out, finish, u, begin, out).astype(dtype, copy=False)
+        elif name == "strips":          # B summed by the product
+            ws = (self._strips(given_w, given_b, x.dtype) if constant and given_b is self.b
+                  else strips.weights(given_w, given_b, x.dtype))
+            geometry = layout.keep(True, "strips", lambda: strips.Strips(x.shape, x.dtype, kernel, dil, begin, out))
+            bias = None
+            return _per_image(strips.conv, x, m, out, finish, ws, geometry).astype(dtype, copy=False)
         elif name == "shifted":
             return _per_image(shifted.conv, x, m, out, finish, w, kernel, dil, begin, end,
                               out).astype(dtype, copy=False)
@@ -175,6 +182,12 @@ class Convolution:
         if wb is None:
             wb = self.kept["bias column", shuffle] = pointwise.bias_column(w, b, self.group, shuffle)
         return wb
+
+    def _strips(self, w, b, dtype):
+        ws = self.kept.get(("strips", dtype))
+        if ws is None:
+            ws = self.kept["strips", dtype] = strips.weights(w, b, dtype)
+        return ws
 
     def _winograd(self, w, dtype):
         u = self.kept.get(("winograd", dtype))

@@ -7,6 +7,8 @@ Algorithms (the names `prepare(model, conv_algorithm=...)` takes):
   one 1-D image with a few output positions: a matrix-vector product per position, by rows);
 - "shifted": stride 1, one group: one matmul per tap on runs of the flat padded input (shifted.py;
   not while the run splits its products: see `splitting`);
+- "strips": 2-D, stride 1, one group: the kernel's column shifts of the input as strips, one matmul
+  with W's kernel rows stacked, the rows' partial sums added (strips.py);
 - "winograd": F(2x2, 3x3), 2-D 3x3, stride and dilation 1, one group, float32/float64 compute type,
   finite X and W, not for integer sums that must stay exact in float32 (`exact`: its transforms
   take quarters and grow the values) (winograd.py);
@@ -26,9 +28,9 @@ import math
 import numpy as np
 
 from ..._common import UPCAST
-from . import banded, thresholds, winograd
+from . import banded, strips, thresholds, winograd
 
-ALGORITHMS = ("pointwise", "im2col", "shifted", "winograd", "depthwise-flat", "depthwise-channels-last",
+ALGORITHMS = ("pointwise", "im2col", "shifted", "strips", "winograd", "depthwise-flat", "depthwise-channels-last",
               "depthwise-einsum", "depthwise-banded")
 EMPTY = "empty"
 NEEDS_FINITE = frozenset({"winograd", "depthwise-banded"})   # their transforms turn an infinity into NaN
@@ -70,6 +72,7 @@ def select(x_shape, w_shape, dtype, *, group: int, kernel, strides, dilations, b
         return {"pointwise": pointwise,
                 "im2col": True,
                 "shifted": stride_1 and group == 1,
+                "strips": strips.applies(group, kernel, strides),
                 "winograd": finite and not exact and winograd.applies(dtype, group, kernel, strides, dilations),
                 "depthwise-flat": depthwise,
                 "depthwise-channels-last": depthwise,
@@ -102,6 +105,9 @@ def select(x_shape, w_shape, dtype, *, group: int, kernel, strides, dilations, b
     if (applies("winograd") and c >= thresholds.WINOGRAD_MIN_CHANNELS and m >= thresholds.WINOGRAD_MIN_CHANNELS
             and pixels >= thresholds.WINOGRAD_MIN_PIXELS):
         return "winograd"
+    share = thresholds.STRIPS_MAX_OUTPUT_SHARE_SPLITTING if splitting else thresholds.STRIPS_MAX_OUTPUT_SHARE
+    if applies("strips") and pixels >= thresholds.STRIPS_MIN_PIXELS and m <= share * kernel[1] * c:
+        return "strips"
     if stride_1 and group == 1 and (thresholds.SHIFT_WHEN_SPLITTING or not splitting) and (
             (m < c and pixels >= thresholds.SHIFT_MIN_PIXELS)
             or (m == c and c * math.prod(kernel) * pixels * dtype.itemsize >= thresholds.SHIFT_SAME_MIN_COLUMN_BYTES)):

@@ -13,6 +13,16 @@ SHIFT_SAME_MIN_COLUMN_BYTES = 12 << 20   # as many outputs as inputs: shifted on
 SHIFT_WHEN_SPLITTING = False             # split runs: im2col (bands) beat shifted on 3x3 128x32x32 -> 64,
                                          # 64x64x64 -> 32, 32x128x128 -> 16 (U-Net: 4.3/4.7/5.6 -> 3.4/3.9/4.9 ms),
                                          # 64x224x224 -> 64, 128x112x112 -> 128 (82/56 -> 55/36 ms) (split mode, loaded)
+STRIPS_MIN_PIXELS = 256                  # 2-D stride 1: strips beat im2col and shifted from 16x16 outputs (32->32:
+                                         # 0.18 -> 0.16 ms), tied at 12x12, lost at 8x8 (its fixed cost: 30 -> 40 us)
+STRIPS_MAX_OUTPUT_SHARE = 2 / 3          # ... with M <= this * kw * C (its Z is kh times Y). Native mode, U-Net 3x3
+                                         # layers (bias + Relu): 32x128x128 -> 16 2.69 -> 1.76 ms (shifted before),
+                                         # 64x64x64 -> 32 2.16 -> 1.46, 16x128x128 -> 16 1.44 -> 1.07 (im2col before),
+                                         # 32x32x32 -> 64 (share 2/3) 0.56 -> 0.53; lost at 16x32x32 -> 48 (share 1:
+                                         # 0.37 -> 0.40, split) and 3x224x224 -> 64 (share 7: 5.9 -> 15.5)
+STRIPS_MAX_OUTPUT_SHARE_SPLITTING = 1 / 2   # split runs: 32x128x128 -> 16 4.05 -> 3.29 ms, 64x64x64 -> 32 2.90 -> 2.36,
+                                         # 128x16x16 -> 128 (1/3) 1.44 -> 1.40; at share 2/3 32x32x32 -> 64 lost
+                                         # 0.74 -> 0.78, 64x16x16 -> 128 0.86 -> 0.92 (alternating medians, loaded)
 WINOGRAD_MIN_CHANNELS = 256              # Winograd F(2x2, 3x3) beat im2col at C, M >= 256, lost at 64
 WINOGRAD_MIN_PIXELS = 196                # ... and from 14x14 outputs on (512->512 at 7x7 lost)
 DW_LAST_MAX_PIXELS = 1024                # depthwise: channels-last layouts up to this many output pixels, flat above
