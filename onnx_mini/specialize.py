@@ -6,6 +6,8 @@ shapes are too: the first run with a new input signature (shape and dtype of eve
 the already optimised graph with those shapes declared, so that optimize/shapes.py turns the Shape
 nodes into constants and constant folding computes the chains after them once. Later runs with the
 same signature go straight to that plan (one dict lookup); they do no planning work at all.
+Its in-place steps are probed in its first run (inplace.probe): those whose inputs were all too small
+to be written in place run their regular kernel after it, without the wrapper's checks at every call.
 
 Only top-level plans built with optimize=True and still holding a Shape or Size step are specialised
 (for any other plan the shapes would change nothing). Constants the general plan already folded are
@@ -23,6 +25,7 @@ import numpy as np
 
 from .errors import OnnxMiniError
 from .graph import Graph, TypeInfo, ValueInfo
+from .inplace import probe
 from .plan import Plan
 
 MAX_SIGNATURES = 8
@@ -79,6 +82,7 @@ class Specializer:
                 except OnnxMiniError:
                     plan = None        # the general plan runs it (and reports any error with its node)
                 if plan is not None:
+                    probe(plan)
                     by_name = {i.name: i.slot for i in plan.inputs}
                     entry = (plan, tuple((i.slot, by_name[i.name]) for i in self.plan.inputs))
             self._plans[key] = entry

@@ -8,6 +8,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnx_mini
 from onnx_mini import inplace
+from onnx_mini.errors import KernelError
 
 N = 256     # 65536 elements: above inplace.MIN_SIZE
 
@@ -117,3 +118,114 @@ def test_same_results_as_written_with_broadcasting_both_ways():
     x = x_value(5)
     fast, plain = onnx_mini.prepare(model), onnx_mini.prepare(model, optimize=False)
     np.testing.assert_array_equal(fast.run([x])[0], plain.run([x])[0])
+
+
+# -- plans specialised to their inputs' shapes (specialize.py): steps probed in the first run ------
+
+def symbolic(nodes, outputs, inits=(), inputs=(("x", TensorProto.FLOAT, ["A", "B"]),)):
+    """Like make(), the inputs' dims symbolic, and a Shape -> Reshape round trip of x first (to xs), so
+    that the model's plan is specialised to the fed shapes (the round trip then folds away)."""
+    nodes = [helper.make_node("Shape", ["x"], ["x_shape"]), helper.make_node("Reshape", ["x", "x_shape"], ["xs"]),
+             *nodes]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(*i) for i in inputs],
+                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs], list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+
+
+def specialised_steps(prepared):
+    """(op type, wrapped?) per step of the model's one specialised plan."""
+    (entry,) = [e for e in prepared._specializers[id(prepared.plan)]._plans.values() if e is not None]
+    plan = entry[0]
+    return [(info.op_type, hasattr(fn, "regular")) for (fn, *_), info in zip(plan.steps, plan.infos)]
+
+
+def test_specialised_plan_keeps_the_wrapper_only_where_inputs_are_large(writes):
+    """The Adds see [N, N] tensors, Neg a [N, 1] one (below MIN_SIZE): after the first run Neg runs its
+    regular kernel, the Adds keep writing in place; results as written."""
+    nodes = [helper.make_node("Mul", ["xs", "two"], ["a"]), helper.make_node("Add", ["a", "c"], ["b"]),
+             helper.make_node("ReduceMax", ["xs", "one_axis"], ["m"], keepdims=1),
+             helper.make_node("Neg", ["m"], ["n"]), helper.make_node("Add", ["b", "n"], ["y"])]
+    model = symbolic(nodes, ["y"], [const("two", 2.0), const("c", np.linspace(-1, 1, N)),
+                                    numpy_helper.from_array(np.array([1], np.int64), "one_axis")])
+    x = x_value(6)
+    x_before = x.copy()
+    want = x * 2 + np.linspace(-1, 1, N).astype(np.float32) - x.max(axis=1, keepdims=True)
+    prepared = onnx_mini.prepare(model)
+    np.testing.assert_array_equal(prepared.run([x])[0], want)
+    assert writes == []                  # the first run notes sizes (its frame holds the inputs): no write
+    # (Mul: x is read again by ReduceMax, so not a candidate at all)
+    assert specialised_steps(prepared) == [("Mul", False), ("Add", True), ("ReduceMax", False), ("Neg", False),
+                                           ("Add", True)]
+    for _ in range(2):
+        np.testing.assert_array_equal(prepared.run([x])[0], want)
+    assert len(writes) == 4              # per run: both Adds into their dying [N, N] input
+    np.testing.assert_array_equal(x, x_before)
+    np.testing.assert_array_equal(onnx_mini.prepare(model, optimize=False).run([x])[0], want)
+
+
+def test_specialised_tiny_chain_runs_regular_kernels_from_the_second_run():
+    nodes = [helper.make_node("Add", ["xs", "c"], ["a"]), helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("Mul", ["r", "c"], ["y"])]
+    model = symbolic(nodes, ["y"], [const("c", [[0.5, -1.5, 2.0]])])
+    prepared, plain = onnx_mini.prepare(model), onnx_mini.prepare(model, optimize=False)
+    x = np.array([[1.0, 2.0, -3.0], [-0.25, 0.5, 4.0]], np.float32)
+    for _ in range(3):
+        got = prepared.run([x])[0]
+        np.testing.assert_array_equal(got, np.maximum(x + [[0.5, -1.5, 2.0]], 0) * [[0.5, -1.5, 2.0]])
+        np.testing.assert_array_equal(got, plain.run([x])[0])
+        assert specialised_steps(prepared) == [("Add", False), ("Relu", False), ("Mul", False)]
+
+
+def test_sizes_growing_after_a_data_dependent_shape_still_give_the_same_results():
+    """NonZero's count is small in the first run and above MIN_SIZE in the next (same input shape):
+    the steps after it, unwrapped after the first run, compute the same values with a new array."""
+    n = inplace.MIN_SIZE + 100
+    nodes = [helper.make_node("NonZero", ["xs"], ["nz"]), helper.make_node("Cast", ["nz"], ["f"], to=1),
+             helper.make_node("Mul", ["f", "two"], ["a"]), helper.make_node("Add", ["a", "two"], ["y"])]
+    model = symbolic(nodes, ["y"], [const("two", 2.0)], inputs=(("x", TensorProto.FLOAT, ["A"]),))
+    prepared, plain = onnx_mini.prepare(model), onnx_mini.prepare(model, optimize=False)
+    few = np.zeros(n, np.float32)
+    few[[3, 70]] = 1.0
+    many = np.arange(n, dtype=np.float32) + 1
+    for x in (few, many, few, many):
+        x_before = x.copy()
+        got = prepared.run([x])[0]
+        np.testing.assert_array_equal(got, np.flatnonzero(x)[None].astype(np.float32) * 2 + 2)
+        np.testing.assert_array_equal(got, plain.run([x])[0])
+        np.testing.assert_array_equal(x, x_before)
+        assert not any(wrapped for _, wrapped in specialised_steps(prepared))    # as the first run left them
+
+
+def test_a_first_run_failing_before_the_last_probe_leaves_the_settling_to_a_later_run():
+    """Gather fails on an index out of range (the error names it, through the noting step before it);
+    the run after it settles the plan."""
+    nodes = [helper.make_node("Mul", ["xs", "two"], ["a"]), helper.make_node("Add", ["a", "two"], ["b"]),
+             helper.make_node("Gather", ["b", "i"], ["g"], axis=1), helper.make_node("Add", ["g", "two"], ["y"])]
+    model = symbolic(nodes, ["y"], [const("two", 2.0)],
+                     inputs=(("x", TensorProto.FLOAT, ["A", "B"]), ("i", TensorProto.INT64, ["K"])))
+    prepared = onnx_mini.prepare(model)
+    x = np.array([[1.0, 2.0, 3.0]], np.float32)
+    with pytest.raises(KernelError, match="Gather"):
+        prepared.run([x, np.array([0, 7], np.int64)])
+    assert specialised_steps(prepared) == [("Mul", True), ("Add", True), ("Gather", False), ("Add", True)]
+    np.testing.assert_array_equal(prepared.run([x, np.array([2, -3], np.int64)])[0], [[10.0, 6.0]])
+    assert specialised_steps(prepared) == [("Mul", False), ("Add", False), ("Gather", False), ("Add", False)]
+    np.testing.assert_array_equal(prepared.run([x, np.array([1, 1], np.int64)])[0], [[8.0, 8.0]])
+
+
+def test_probe_leaves_the_steps_of_independent_branches_wrapped():
+    from onnx_mini.plan import Plan, StepInfo
+    from onnx_mini.schedule import Block
+
+    def wrapped():
+        return inplace.wrap(np.add, np.add, (0,), 2)
+    info = StepInfo("add", "Add", "", 14, 21, ("p", "q"), ("r",))
+    steps = [(wrapped(), (2, 3), 4, (2,)), (wrapped(), (4, 3), 5, (4,)), (wrapped(), (5, 3), 6, (5,))]
+    plan = Plan(list(steps), [info] * 3, [None] * 7, [], ["r"], [6])
+    plan.blocks = (Block(1, 2, (), ()),)
+    inplace.probe(plan)
+    assert plan.steps[1][0] is steps[1][0] and plan.steps[0][0] is not steps[0][0]
+    small = np.ones(3, np.float32)
+    np.testing.assert_array_equal(plan.steps[0][0](small, small), [2, 2, 2])   # the noting steps: same results
+    np.testing.assert_array_equal(plan.steps[2][0](small, small), [2, 2, 2])   # the last one settles the plan
+    assert [fn for fn, *_ in plan.steps] == [np.add, steps[1][0], np.add]
