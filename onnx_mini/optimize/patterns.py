@@ -19,6 +19,8 @@
                                                      the steps marked centred=1
 - int8 siblings: MatMulIntegerScaled steps with the same A and a_zp, constant Bs of one K and type whose
                  joint product stays exact in float32           -> MatMulIntegerScaledGroup (one output each)
+- int8 + Gelu:   a MatMulIntegerScaled step whose result a Gelu alone reads
+                                                  -> MatMulIntegerScaled(activation="Gelu", approximate=its own)
 
 Every intermediate must be read by the next node of the pattern alone (never a graph output or a
 subgraph capture); numeric constants must be scalars (0-d, or of a rank that cannot broadcast the
@@ -430,7 +432,7 @@ def _sibling(ctx: Context, u, first, head):
     or absent zero point of its type (per tensor or per column); when `first` is given, one reading its A and
     a_zp, as centred as it, with a B of head's K and type. None otherwise."""
     if u.domain != FUSED_DOMAIN or u.op_type != "MatMulIntegerScaled" or u.captures or len(u.outputs) != 1 \
-            or not u.outputs[0] or not 5 <= len(u.inputs) <= 7 or not u.inputs[0]:
+            or not u.outputs[0] or not 5 <= len(u.inputs) <= 7 or not u.inputs[0] or u.attrs.get("activation"):
         return None
     if first is not None and (u.inputs[0] != first.inputs[0] or u.inputs[2] != first.inputs[2]
                               or bool(u.attrs.get("centred")) != bool(first.attrs.get("centred"))):
@@ -449,5 +451,24 @@ def _sibling(ctx: Context, u, first, head):
     return b.shape[0], b.dtype, int(np.abs(offsets).max(initial=0))
 
 
+def _int_product_gelu(ctx: Context, mm) -> bool:
+    """After the siblings (a grouped step takes no activation): the Gelu that alone reads a MatMulIntegerScaled
+    step's result (a BERT layer's first feed-forward product) done in that step: in place on its buffer, and
+    in blas's split mode on the thread that made each block of rows (ops/contrib/quantized_matmul.py)."""
+    if mm.domain != FUSED_DOMAIN or mm.op_type != "MatMulIntegerScaled" or mm.attrs.get("activation") \
+            or mm.captures or len(mm.outputs) != 1 or not mm.outputs[0]:
+        return False
+    gelu = ctx.single_user(mm.outputs[0])
+    if gelu is None or len(gelu.inputs) != 1 or len(gelu.outputs) != 1 or not (
+            (gelu.domain == FUSED_DOMAIN and gelu.op_type == "Gelu") or ctx.is_op(gelu, "Gelu", (20,))):
+        return False
+    approximate = gelu.attrs.get("approximate", "none")
+    if approximate not in ("none", "tanh"):
+        return False
+    ctx.replace([mm, gelu], [replace(mm, outputs=gelu.outputs,
+                                     attrs={**mm.attrs, "activation": "Gelu", "approximate": approximate})])
+    return True
+
+
 RULES = (_silu, _gelu_erf, _gelu_tanh, _layer_norm, _attention, _int_product_tail, _centred_codes,
-         _int_product_siblings)
+         _int_product_siblings, _int_product_gelu)

@@ -28,13 +28,16 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from ... import blas, parallel
 from ...errors import InvalidValueError
 from ...registry import kernel
 from .._common import as_array, broadcasts_to, normalize_axis, prepack, same_type
 from ..fused import FUSED_DOMAIN
+from ..math.activations import gelu_20
 from ..math.elementwise import binary
 from ..math.matmul import (F32_EXACT, _int_product, _per_col, _weight_of, _zero_points, centered, int_matmul,
                            int_operand, integer_range, matmul, to_int32)
+from ..math.normal_cdf import gelu_float32
 from ..quantization import dynamic_quantize_centred, dynamic_quantize_linear_11, quantize_array
 from ..rnn import lstm_14
 from ..tensor.cast import FLOAT8_MAX
@@ -525,7 +528,7 @@ def qattention_1(*, num_heads, do_rotary=0, mask_filter_value=-10000.0, past_pre
 # -- the optimiser's fused dynamic-int8 product tail ------------------------------------------------
 
 @kernel("MatMulIntegerScaled", since=1, domain=FUSED_DOMAIN, multi_output=False, heavy=True)
-def matmul_integer_scaled_1(*, centred=0, _constants=None):
+def matmul_integer_scaled_1(*, centred=0, activation="", approximate="none", _constants=None):
     """MatMulInteger(A, B, a_zero_point, b_zero_point) -> Cast(to=FLOAT) -> Mul(., scale [* scale2])
     [-> Add(., bias)], written as one step by optimize/patterns.py (onnxruntime's quantize_dynamic emits
     this chain, the scale being Mul(x_scale, w_scale)). The exact integer sums that MatMulInteger's
@@ -534,15 +537,25 @@ def matmul_integer_scaled_1(*, centred=0, _constants=None):
     bias as Mul and Add compute them (IEEE products and sums commute), in place on that buffer.
     MatMulInteger's checks are the same (math.matmul's helpers).
     centred=1: A is DynamicQuantizeCentred's float32 A - a_zero_point already (a_zero_point, its uint8
-    zero point, still gives the bound on |A - a_zero_point|)."""
+    zero point, still gives the bound on |A - a_zero_point|).
+    activation="Gelu" (with Gelu's `approximate`): the Gelu that alone reads the result, applied last (the
+    Gelu kernel's own float32 function, element by element, so the same bits).
+    In blas's "split" mode a centred product large enough to split goes by row blocks over the pool, each
+    thread taking its block's scale, bias and Gelu at once (`_split_rows`)."""
     weight = _weight_of(_constants, 1, 3)
     scales = binary(np.multiply)                 # the Mul kernel's own function
+    act = _epilogue_activation(activation, approximate)
 
     def run(a, b, a_zero_point, b_zero_point, scale, scale2=None, bias=None):
         if scale2 is not None:
             scale = scales(scale, scale2)
         if centred:
-            acc, k, bound = _centred_product(a, b, a_zero_point, b_zero_point, weight)
+            bc, bound = _centred_operands(a, b, a_zero_point, b_zero_point, weight)
+            if blas.splitting():
+                y = _split_rows(a, bc, bound, scale, bias, act)
+                if y is not None:
+                    return y
+            acc, k = int_matmul(a, bc, bound, "MatMulInteger"), (a.shape[-1] if a.ndim else 0)
         else:
             a_zp, b_zp = _zero_points(a, b, a_zero_point, b_zero_point)
             if a.ndim == 1 and a_zp is not None and a_zp.ndim:
@@ -554,8 +567,104 @@ def matmul_integer_scaled_1(*, centred=0, _constants=None):
         else:
             y = to_int32(acc, k, bound).astype(_F32)
         y = _elementwise(np.multiply, y, scale, "Mul")
-        return y if bias is None else _elementwise(np.add, y, bias, "Add")
+        y = y if bias is None else _elementwise(np.add, y, bias, "Add")
+        return y if act is None else act(y)
     return run
+
+
+def _epilogue_activation(activation: str, approximate: str):
+    """act(y) -> the fused Gelu of y, our own float32 buffer (written in place when contiguous), or None
+    without an activation."""
+    if not activation:
+        return None
+    if activation != "Gelu":
+        raise ValueError(f"activation must be '' or 'Gelu', got {activation!r}")
+    gelu = gelu_20(approximate=approximate)          # the Gelu kernel's function (checks approximate)
+    if approximate == "none":
+        return lambda y: gelu_float32(y, out=y) if y.flags.c_contiguous else gelu(y)
+    return gelu
+
+
+def _per_column(c, n: int) -> bool:
+    """c is None or float32 of one value or one per column: it scales or shifts a float32 [..., n] product
+    as the Mul / Add kernels would, without their checks."""
+    return c is None or (c.dtype == _F32 and c.ndim <= 1 and c.size in (1, n))
+
+
+def _finish(block, scale, bias, act) -> None:
+    """block (rows of our own float32 product) times scale, plus bias, then act, in place: Mul and Add
+    as their kernels compute them (two roundings), the activation element by element."""
+    np.multiply(block, scale, out=block)
+    if bias is not None:
+        np.add(block, bias, out=block)
+    if act is not None:
+        r = act(block)
+        if r is not block:
+            block[...] = r
+
+
+def _shared_blocks(work, n_blocks: int) -> None:
+    """work(i) for every i in range(n_blocks), each block taken by whichever thread is free next: the caller
+    and parallel's pool threads (each block writes its own part of a result). On a busy machine a pool
+    thread may start late: the caller then takes the blocks it would have, and a thread not started when they
+    run out is cancelled, never waited for (parallel.split's fixed parts wait for it)."""
+    helpers = min(parallel.threads(), n_blocks) - 1
+    if helpers <= 0:
+        for i in range(n_blocks):
+            work(i)
+        return
+    blocks = iter(range(n_blocks))       # shared: next() on it is atomic (one C call under the GIL)
+
+    def take():
+        for i in blocks:
+            work(i)
+    futures = parallel.spawn(take, helpers)
+    try:
+        take()
+    finally:
+        for f in futures:
+            if not f.cancel():           # started: wait for its last block (or its error)
+                f.exception()
+    for f in futures:
+        if not f.cancelled():
+            f.result()
+
+
+# Row blocks of a product lose BLAS efficiency below ~64 rows ([128, 256] x [256, 1024] on one thread: 64 rows
+# at a time 1.05x the whole product's time, 32 rows 1.2x, 16 rows 1.4x; measured under load)
+_MIN_ROWS = 64
+
+
+def _split_rows(a, bc, bound, scale, bias, act):
+    """The centred product, scale, bias and activation of MatMulIntegerScaled by row blocks over the pool, each
+    thread doing its block's every step (the epilogue while the rows are in its cache, and on two cores), or
+    None when that does not apply: a product that blas.matmul would not split, K split for exactness, an A
+    not C-contiguous, or a scale / bias other than float32 of one value or one per column. Every sum is an
+    exact integer, so a block's product gives the very numbers of the whole one; the rest is elementwise.
+    Measured with both cores busy with other processes (where "auto" picks split mode; alternating, medians):
+    BERT's [128, 256] x [256, 1024] + Gelu 0.94-1.07x the whole path's time (blas's split product, then the
+    epilogue on one thread), [128, 1024] x [1024, 256] 0.88-1.08x, [128, 256] x [256, 256] 0.91-0.97x:
+    neutral there, where the second core is rarely free; it gains where one is (a hand-off: ~65-100 us)."""
+    if a.ndim < 2 or bc.ndim != 2 or not a.flags.c_contiguous or parallel.threads() < 2:
+        return None
+    k, n = bc.shape
+    if a.shape[-1] != k or (bound and k > F32_EXACT // bound):
+        return None
+    m = a.size // k if k else 0
+    if m * k * n < 2 * blas.MIN_PART_MACS:
+        return None
+    if not (_per_column(scale, n) and _per_column(bias, n)):
+        return None
+    a2 = a.reshape(m, k)
+    y = np.empty((m, n), _F32)
+    rows = max(_MIN_ROWS, -(-blas.MIN_PART_MACS // (k * n)))
+
+    def part(t):
+        block = y[t * rows:(t + 1) * rows]
+        np.matmul(a2[t * rows:(t + 1) * rows], bc, out=block)
+        _finish(block, scale, bias, act)
+    _shared_blocks(part, -(-m // rows))
+    return y.reshape(*a.shape[:-1], n)
 
 
 @kernel("MatMulIntegerScaledGroup", since=1, domain=FUSED_DOMAIN, multi_output=True, heavy=True)
@@ -646,8 +755,9 @@ def _centred_codes(a, a_zero_point) -> bool:
     return a.dtype == _F32 and a_zero_point is not None and a_zero_point.dtype == _U8 and a_zero_point.size == 1
 
 
-def _centred_product(a, b, a_zero_point, b_zero_point, weight):
-    """_int_product for A given as float32 codes less their uint8 scalar zero point (a_zero_point)."""
+def _centred_operands(a, b, a_zero_point, b_zero_point, weight):
+    """(B - b_zero_point, the bound of each term) for a product of A given as float32 codes less their uint8
+    scalar zero point (a_zero_point), with _int_product's checks."""
     if not _centred_codes(a, a_zero_point):
         raise InvalidValueError("centred A must be float32 codes with their uint8 scalar zero point")
     if b.dtype.kind not in "iu" or b.dtype.itemsize != 1:
@@ -656,8 +766,7 @@ def _centred_product(a, b, a_zero_point, b_zero_point, weight):
     if b_zp is not None and b_zp.dtype != b.dtype:
         raise InvalidValueError("a zero point must have the type of its operand")
     bc, rb = weight(b, b_zero_point) if weight is not None else int_operand(b, b_zp)
-    bound = integer_range(_U8, a_zero_point) * rb
-    return int_matmul(a, bc, bound, "MatMulInteger"), (a.shape[-1] if a.ndim else 0), bound
+    return bc, integer_range(_U8, a_zero_point) * rb
 
 
 @kernel("DynamicQuantizeCentred", since=1, domain=FUSED_DOMAIN, multi_output=True)
