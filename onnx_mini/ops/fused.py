@@ -34,6 +34,10 @@ from .quantization import quantize_dequantize, quantized_lookup
 FUSED_DOMAIN = "onnx_mini.fused"
 
 _INPLACE = (np.dtype(np.float32), np.dtype(np.float64))
+# Clip with both bounds as one np.clip pass from this many values, a maximum and a minimum pass below
+# (float32, under load: 65536 values 12.7 against 19.7 us, 4096 5.9 / 5.4, 1024 3.5 / 5.1, 64 3.3 / 2.5;
+# 3.2 MB 0.12 against 0.23 ms)
+CLIP_ONE_PASS_MIN = 16384
 
 
 def _activation(name: str, params):
@@ -43,8 +47,18 @@ def _activation(name: str, params):
         return lambda y: with_scalar(np.maximum, y, 0, out=y)
     if name == "Clip":
         lo, hi = p
+        bounds = {}     # float dtype -> (lo, hi) of that type
 
         def clip(y):
+            if lo is not None and hi is not None and y.size >= CLIP_ONE_PASS_MIN and y.dtype in _INPLACE:
+                lh = bounds.get(y.dtype)
+                if lh is None:
+                    with np.errstate(over="ignore"):     # a bound past float32's range: +-inf
+                        lh = bounds[y.dtype] = (y.dtype.type(lo), y.dtype.type(hi))
+                # one pass: min(max(y, lo), hi) as the two below (NaN propagates, lo > hi gives hi); only a
+                # zero's sign may differ (np.clip keeps a -0.0 that max(-0.0, 0.0) turns to 0.0): equal values
+                np.clip(y, *lh, out=y)
+                return
             if lo is not None:
                 with_scalar(np.maximum, y, lo, out=y)
             if hi is not None:
@@ -558,7 +572,23 @@ def fused_conv_nhwc(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=
     act = _activation(activation, activation_params) if activation else None
     finish = _finisher(activation, activation_params)
 
+    def activate(rows, i, j):
+        act(rows)
+
     def run(x, w, b=None, z=None):
+        # float32/64: the residual and activation inside the convolution (a depthwise one applies them
+        # to each part's rows right after its einsum, on that part's thread; the other paths whole)
+        if x.dtype in _INPLACE and w.dtype == x.dtype:
+            if z is None:
+                return conv(x, w, b, epilogue=None if act is None else activate)
+            if z.dtype == x.dtype and z.shape == conv.output_shape(x, w):
+                zr = z.reshape(-1, z.shape[-1])
+
+                def epilogue(rows, i, j):
+                    rows += zr[i:j]
+                    if act is not None:
+                        act(rows)
+                return conv(x, w, b, epilogue=epilogue)
         y = conv(x, w, b)           # a fresh buffer of our own
         if z is not None:
             y = _add_into(y, z, (x, w, b, z))
