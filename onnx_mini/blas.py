@@ -9,8 +9,12 @@ waking its thread costs ~70 us on this VM, so splitting products itself loses to
 machine (64x576x3136: 1.4 ms OpenBLAS, 3.1 ms split) and wins when loaded (5.8 against 1.5 ms).
 
 So each run (`during_run`) picks a mode when it starts, kept while runs overlap:
-- "native": OpenBLAS's own threads, no splitting: other processes use less than half a core
-  (see _busy);
+- "native": OpenBLAS's own threads, no splitting: other processes have used less than half a core
+  in the last two readings of the machine's load (a quarter second apart) and in none of the
+  readings of the last 3 seconds (see _busy: neighbours' load comes in bursts that one reading
+  between two of them does not see; a burst makes a native run 10-30 times slower, splitting makes
+  a run on an idle machine at most ~2 times slower). A process starts in "split" until its
+  readings say idle;
 - "split": numpy's OpenBLAS on one thread and `matmul` splitting the products worth it into row
   (or column, or batch) blocks over parallel.split's pool, one hand-off per product, the calling
   thread computing a block itself: the machine is busy, or the run is capped to one thread
@@ -66,9 +70,32 @@ def _find_openblas():
 POLICY = os.environ.get("ONNX_MINI_BLAS_THREADS", "auto").lower()      # auto, split (managed), native
 _OPENBLAS = None if POLICY == "native" else _find_openblas()
 _CPUS = os.cpu_count() or 1
-_load: list = [-10.0, 0.0, None]  # [when read, cores other processes kept busy, (time, machine, own) cpu]
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-_EVERY = 0.25        # seconds between two readings of the machine's load (one costs ~15 us)
+# The auto policy's constants. Split is the safe side: splitting on an idle machine costs up to ~2x
+# on a product (64x576x3136: 1.4 -> 3.1 ms), OpenBLAS's spinning threads on a busy one 10-30x
+# (2048x512x49: 0.6 -> 8 ms; mobilenet_qdq runs of 112 ms against a 3.4 ms median).
+_BUSY_CORES = 0.5    # other processes' cores from which a reading is busy
+_EVERY = 0.25        # seconds between two readings of the machine's load (one costs ~15-35 us)
+# Bursty neighbours leave readings of 0.25 s that look idle between bursts: once a reading is busy,
+# "split" is kept this long (every busy reading renews it) ... Replaying a 45 s trace of this shared
+# machine's own load (1.1 cores on average, in bursts) in 50 ms slots: the old policy (each reading
+# alone) ran native in 14% of the slots with a burst, a 1 s hold in 2%, 3 s in 1%, 5 s never native.
+_HOLD = 3.0
+# ... and "native" needs this many idle readings in a row (>= 0.5 s without a busy one) after it
+# (without a hold: 14% -> 2% of the burst slots native in the same replay).
+_IDLE_READINGS = 2
+
+
+class _Load:
+    """The auto policy's state (see _busy). Updated only by _busy, which runs under _state.lock."""
+    __slots__ = ("next", "busy", "until", "idle", "prev")
+
+    def __init__(self, now: float, snapshot):
+        self.next = now + _EVERY     # when the next reading is due
+        self.busy = True             # the decision until then: "split" until idle readings say otherwise
+        self.until = now             # "split" is held until then (a busy reading + _HOLD)
+        self.idle = 0                # idle readings in a row
+        self.prev = snapshot         # (time, machine cpu, own cpu) of the previous reading, or None
 
 
 def managed() -> bool:
@@ -81,29 +108,46 @@ def splitting() -> bool:
     return _state.split and _state.runs > 0
 
 
-def _busy() -> bool:
-    """Whether other processes keep at least half a core busy: the CPU time the whole machine spent
-    (Linux's /proc/stat: user, system, irq, steal...) minus this process's own, over the time since
-    the previous reading (at most one every _EVERY seconds). This process's threads, OpenBLAS's spinning ones
-    included, do not count. The first reading has nothing to compare with: taken as idle. Without
-    /proc/stat: the 1-minute load average minus this thread."""
-    now = time.monotonic()
-    if now - _load[0] < _EVERY:
-        return _load[1] >= 0.5
-    own = sum(os.times()[:2])
+def _snapshot(now: float):
     machine = _machine_cpu_seconds()
-    prev = _load[2]
-    if machine is not None and prev is not None and now > prev[0]:
-        others = (machine - prev[1] - (own - prev[2])) / (now - prev[0])
-    elif machine is not None:
-        others = 0.0     # the first reading: idle until measured (the load average lags a minute)
-    else:
+    return None if machine is None else (now, machine, sum(os.times()[:2]))
+
+
+def _others(now: float) -> float:
+    """The cores other processes kept busy since the previous reading: the CPU time the whole machine
+    spent (Linux's /proc/stat: user, system, irq, steal...) minus this process's own (its threads,
+    OpenBLAS's spinning ones included, do not count). Without /proc/stat: the 1-minute load average
+    minus this thread."""
+    snap = _snapshot(now)
+    prev, _load.prev = _load.prev, snap
+    if snap is None:
         try:
-            others = os.getloadavg()[0] - 1
+            return os.getloadavg()[0] - 1
         except OSError:
-            others = 0.0
-    _load[:] = [now, others, (now, machine, own) if machine is not None else None]
-    return others >= 0.5
+            return 0.0
+    if prev is None or now <= prev[0]:
+        return 0.0
+    return (snap[1] - prev[1] - (snap[2] - prev[2])) / (now - prev[0])
+
+
+def _busy() -> bool:
+    """Whether a run starting now takes "split" mode under the auto policy: a reading of the
+    machine's load (_others) at most every _EVERY seconds, the first one _EVERY after import (the
+    window from import on: "split" until then); a busy reading (>= _BUSY_CORES of other processes)
+    holds "split" for _HOLD seconds, and "native" comes back only after _IDLE_READINGS idle readings
+    in a row once the hold is over. Between readings: one clock read and a comparison (~0.2 us)."""
+    now = time.monotonic()
+    load = _load
+    if now < load.next:
+        return load.busy
+    load.next = now + _EVERY
+    if _others(now) >= _BUSY_CORES:
+        load.until = now + _HOLD
+        load.idle = 0
+    else:
+        load.idle += 1
+    load.busy = now < load.until or load.idle < _IDLE_READINGS
+    return load.busy
 
 
 def _machine_cpu_seconds() -> float | None:
@@ -115,6 +159,10 @@ def _machine_cpu_seconds() -> float | None:
         return ticks / _TICKS
     except (OSError, ValueError, IndexError):
         return None
+
+
+# the first reading's window starts at import (prepare comes between): no /proc/stat read otherwise
+_load = _Load(time.monotonic(), _snapshot(time.monotonic()) if POLICY == "auto" and _OPENBLAS else None)
 
 
 class _ThreadState:

@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import threading
-import types
 
 import numpy as np
 import onnx
@@ -206,6 +205,156 @@ def test_auto_policy_follows_the_load(monkeypatch, busy):
     finally:
         set_(before)
 
+
+class _Clock:
+    def __init__(self, now=100.0):
+        self.now = now
+
+    def monotonic(self):
+        return self.now
+
+
+@pytest.fixture
+def auto_policy(monkeypatch):
+    """The auto policy on a fake clock and scripted readings: returns (clock, readings, taken);
+    `readings` are the cores other processes used, one popped per reading, `taken` the times read."""
+    clock, readings, taken = _Clock(), [], []
+    monkeypatch.setattr(blas, "POLICY", "auto")
+    monkeypatch.setattr(blas, "time", clock)
+    monkeypatch.setattr(blas, "_load", blas._Load(clock.now, None))     # as imported at clock.now
+
+    def others(now):
+        taken.append(now)
+        return readings.pop(0)
+    monkeypatch.setattr(blas, "_others", others)
+    return clock, readings, taken
+
+
+def test_auto_policy_splits_until_two_idle_readings_then_holds_split_after_a_busy_one(auto_policy):
+    clock, readings, taken = auto_policy
+    t0 = clock.now
+
+    def busy_at(dt):
+        clock.now = t0 + dt
+        return blas._busy()
+    assert busy_at(0.1) is True and taken == []          # before the first reading: split
+    readings.append(0.2)
+    assert busy_at(0.25) is True                         # one idle reading is not enough
+    assert busy_at(0.4) is True and taken == [t0 + 0.25]  # no reading before _EVERY has passed
+    readings.append(0.49)
+    assert busy_at(0.5) is False                         # the second idle one in a row: native
+    assert busy_at(0.7) is False and len(taken) == 2
+    readings.append(0.5)                                 # half a core of other processes: busy
+    assert busy_at(0.75) is True
+    # idle readings from then on: split is held until 0.75 + _HOLD = 3.75 ...
+    readings.extend([0.0] * 4)
+    assert [busy_at(dt) for dt in (1.0, 1.25, 1.5, 1.75)] == [True] * 4
+    readings.append(2.0)                                 # ... and a busy reading renews the hold
+    assert busy_at(2.0) is True
+    readings.extend([0.0] * 20)
+    dts = [2.25 + 0.25 * i for i in range(14)]           # readings up to 5.5
+    seen = [busy_at(dt) for dt in dts]
+    assert seen == [dt < 2.0 + blas._HOLD for dt in dts]  # native again at 5.0: > 2 idle readings since
+    assert blas._HOLD == 3.0 and blas._IDLE_READINGS == 2
+
+
+def test_auto_policy_after_the_hold_still_needs_idle_readings_in_a_row(auto_policy, monkeypatch):
+    clock, readings, taken = auto_policy
+    monkeypatch.setattr(blas, "_HOLD", 0.1)              # a hold shorter than the readings' interval
+    t0 = clock.now
+    decisions = []
+    for i, cores in enumerate([0.0, 0.0, 0.9, 0.0, 0.3, 0.0, 0.7, 0.1, 0.2]):
+        readings.append(cores)
+        clock.now = t0 + 0.25 * (i + 1)
+        decisions.append(blas._busy())
+    assert decisions == [True, False, True, True, False, False, True, True, False]
+    assert len(taken) == 9
+
+
+def test_a_reading_compares_the_machine_cpu_with_this_process_own(monkeypatch):
+    snaps = [(10.0, 1000.0, 50.0), (10.5, 1000.9, 50.6), (11.0, 1001.0, 51.1), None]
+    monkeypatch.setattr(blas, "_snapshot", lambda now: snaps.pop(0))
+    monkeypatch.setattr(blas, "_load", blas._Load(9.0, None))
+    assert blas._others(10.0) == 0.0                     # nothing to compare with: idle
+    # 0.9 s of the machine's CPU in 0.5 s, 0.6 of them this process's: 0.3 s of others = 0.6 cores
+    assert blas._others(10.5) == pytest.approx(0.6)
+    assert blas._others(11.0) == pytest.approx(-0.8)     # own CPU counted in ticks: may exceed (idle)
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.75, 1.0, 1.0))
+    assert blas._others(11.5) == pytest.approx(0.75)     # no /proc/stat: the load average minus this thread
+
+
+def test_a_real_reading_of_the_machine_is_a_number_of_cores():
+    load = blas._Load(0.0, blas._snapshot(0.0))
+    if load.prev is None:
+        pytest.skip("no /proc/stat")
+    now, machine, own = load.prev
+    assert machine > 0 and own > 0 and now == 0.0
+
+
+def test_runs_read_the_load_once_per_first_run_and_follow_it(auto_policy, monkeypatch):
+    """start_run consults the policy only when the first of overlapping runs starts, and never for a
+    sequential run (prepare(threads=1)): one BLAS thread whatever the load."""
+    clock, readings, taken = auto_policy
+    calls, count = [], [2]
+
+    def get():
+        return count[0]
+
+    def set_(n):
+        calls.append(n)
+        count[0] = n
+    monkeypatch.setattr(blas, "_OPENBLAS", (get, set_))
+    t0 = clock.now
+    clock.now = t0 + 0.1
+    with run_scope.running():                            # before any reading: split
+        assert blas.splitting() and count[0] == 1
+    readings.extend([0.0, 0.0])
+    clock.now = t0 + 0.25
+    run_scope.leave(run_scope.enter(None, True))
+    clock.now = t0 + 0.5
+    with run_scope.running():                            # two idle readings: native, count untouched
+        assert not blas.splitting() and count[0] == 2
+        clock.now = t0 + 0.8                             # a nested run joins the mode: no reading
+        with run_scope.running():
+            assert not blas.splitting()
+    assert len(taken) == 2 and count[0] == 2
+    clock.now = t0 + 1.2
+    with run_scope.running(1):                           # sequential: split, the policy not consulted
+        assert blas.splitting() and count[0] == 1
+    # split (no reading yet), split (one idle reading), native (no call), sequential
+    assert len(taken) == 2 and count[0] == 2 and calls == [1, 2, 1, 2, 1, 2]
+
+
+def test_prepare_threads_one_runs_split_whatever_the_load(monkeypatch):
+    monkeypatch.setattr(blas, "POLICY", "auto")
+    monkeypatch.setattr(blas, "_busy", lambda: pytest.fail("a sequential run consulted the load"))
+    calls, count = [], [3]
+
+    def set_(n):
+        calls.append(n)
+        count[0] = n
+    monkeypatch.setattr(blas, "_OPENBLAS", (lambda: count[0], set_))
+    rng = np.random.default_rng(5)
+    x = ints(rng, 2, 16, 24, 24)
+    prepared = onnx_mini.prepare(_conv_model(), threads=1)
+    assert calls == []                                     # prepare changes nothing
+    assert prepared.run([x])[0].shape == (2, 32, 24, 24)
+    assert calls == [1, 3] and count[0] == 3               # one BLAS thread during the run, then given back
+
+
+@pytest.mark.parametrize("env, expected", [("auto", "True True"), ("split", "True True"),
+                                           ("managed", "True True"), ("native", "False False")])
+def test_the_environment_forces_the_mode(env, expected):
+    # auto: the first run after import is split (no reading yet, or one idle one: not two in a row)
+    code = ("import onnx_mini.blas as b, onnx_mini.run_scope as r\n"
+            "with r.running():\n"
+            "    print(b.splitting(), b.managed())\n")
+    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, ONNX_MINI_BLAS_THREADS=env),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    if env != "native" and "True" not in out.stdout.split()[1:]:
+        pytest.skip("numpy's BLAS is not the bundled OpenBLAS")
+    assert out.stdout.strip() == expected
 
 @needs_openblas
 def test_sequential_run_joining_a_native_one_gets_one_blas_thread(monkeypatch):
