@@ -320,9 +320,10 @@ def test_conv_same_channels_go_shifted_when_the_columns_are_large(monkeypatch, c
 @pytest.mark.parametrize("c,m", [(4, 4), (4, 5), (5, 4)])
 def test_conv_shifted_and_im2col_forced(monkeypatch, c, m, algorithm):
     calls = []
-    for module, name in ((shifted, "shifted"), (im2col, "im2col")):
-        original = module.conv
-        monkeypatch.setattr(module, "conv", lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
+    for module, function, name in ((shifted, "conv", "shifted"), (im2col, "conv", "im2col"),
+                                   (im2col, "conv_biased", "im2col"), (im2col, "conv_last", "im2col")):
+        original = getattr(module, function)
+        monkeypatch.setattr(module, function, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
     x, w = ints((1, c, 24, 24)), ints((m, c, 3, 3))
     attrs = dict(pads=[1, 1, 1, 1])
     assert_same(run_conv([x, w], algorithm, **attrs_of(**attrs)), conv_expected(x, w, **attrs).astype(np.float32))
@@ -334,9 +335,10 @@ def test_conv_cases_take_the_formulation_they_name(case, monkeypatch):
     """The '-shifted' and '-im2col' cases above reach the formulation in their name when it is forced
     (so a change of the selection rule cannot leave a formulation untested)."""
     calls = []
-    for module, name in ((shifted, "shifted"), (im2col, "im2col")):
-        original = module.conv
-        monkeypatch.setattr(module, "conv", lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
+    for module, function, name in ((shifted, "conv", "shifted"), (im2col, "conv", "im2col"),
+                                   (im2col, "conv_biased", "im2col"), (im2col, "conv_last", "im2col")):
+        original = getattr(module, function)
+        monkeypatch.setattr(module, function, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
     _, xs, ws, bias, attrs = case
     run_conv([ints(xs), ints(ws)] + ([ints((ws[0],))] if bias else []), named_algorithm(case[0]), **attrs_of(**attrs))
     assert calls and set(calls) == {named_algorithm(case[0])}

@@ -12,6 +12,15 @@ Two gathers for large images: a strided Conv takes its columns from the stride p
 large for the caches are gathered and multiplied in bands of output rows when the run splits its
 products (`conv_bands`, thresholds.IM2COL_BANDS_MIN_BYTES).
 
+One image of one group whose columns come from the window view (no phases, no bands): B is summed
+by the product, W given B as one more column against a row of ones after the columns
+(`Columns.biased`, thresholds.IM2COL_BIAS_ROW; no pass over the output for it).
+One small image of many channels (`LastColumns`, thresholds.LAST_COLUMNS_*) has its columns gathered
+channels-last instead, as (pixels, k*C): each window row is then one contiguous run of kw*C values of
+the padded channels-last copy of X, where the NCHW window view copies runs of the output's width (8
+values for a 24x8 output: the copy cost half the product); W's taps are ordered alike (made once for
+a constant W), and BLAS reads the columns transposed, so Y comes out NCHW, contiguous.
+
 A 1-D Conv of one group with few output positions (`Rows`) takes its columns as rows of the
 channels-last padded input instead: with W's taps ordered (M, k, C) (made once for a constant W),
 each window of k*C values is a contiguous run of that input, so there is no column copy (only X's
@@ -36,7 +45,8 @@ class Columns:
     its reshape to (1, G, Cg*k, pixels) is the one copy. A strided Conv with large columns gathers
     from the input's stride phases instead (`Phases`), and one group's columns too large for the
     caches are made band by band in a run that splits its products (`band`: output rows a band)."""
-    __slots__ = ("padded", "inner", "pads", "view_shape", "view_strides", "cols_shape", "dtype", "phases", "band")
+    __slots__ = ("padded", "inner", "pads", "view_shape", "view_strides", "cols_shape", "dtype", "phases", "band",
+                 "bias_row")
 
     def __init__(self, x_shape, dtype, group, kernel, strides, dil, begin, end, out):
         c = x_shape[1]
@@ -60,6 +70,8 @@ class Columns:
         self.band = (max(1, thresholds.IM2COL_BAND_BYTES * out[0] // column_bytes)
                      if group == 1 and self.phases is None and column_bytes >= thresholds.IM2COL_BANDS_MIN_BYTES
                      else None)
+        # one group's columns from the window view: a row of ones may follow them for the bias (`biased`)
+        self.bias_row = group == 1 and self.phases is None and thresholds.IM2COL_BIAS_ROW
 
     def windows(self, x):
         """x (1, C, *spatial) in the compute type -> the window view (G, Cg, *kernel, *out) of its padded copy."""
@@ -69,6 +81,15 @@ class Columns:
         else:
             xp = x if x.flags.c_contiguous else np.ascontiguousarray(x)
         return np.ndarray(self.view_shape, self.dtype, xp, 0, self.view_strides)
+
+    def biased(self, x):
+        """x (1, C, *spatial) in the compute type -> one group's columns (C*k + 1, pixels), a row of ones
+        last (the window view's copy lands in the first C*k rows, one contiguous block)."""
+        k, pixels = self.cols_shape[2:]
+        cols = np.empty((k + 1, pixels), dtype=self.dtype)
+        cols[:-1].reshape(self.view_shape)[...] = self.windows(x)
+        cols[-1] = 1
+        return cols
 
     def columns(self, x):
         """x (1, C, *spatial) in the compute type -> its columns (1, G, Cg*k, pixels)."""
@@ -200,6 +221,14 @@ def copy_strided(target: np.ndarray, x: np.ndarray, dst: tuple, src: tuple, spli
     if rest is not None:
         target[rest[0]] = x[rest[1]]
 
+
+def conv_biased(x, wb, columns: Columns, out):
+    """One image x (1, C, *spatial) of one group, wb (M, C*k + 1): W with B as its last column
+    (pointwise.bias_column) -> (1, M, *out), the bias summed by the product against a row of ones after
+    the columns (no pass over the output for it; Columns without phases or bands)."""
+    return blas.matmul(wb, columns.biased(x)).reshape(1, wb.shape[0], *out)
+
+
 def conv(x, w, group, columns: Columns, out):
     """One image x (1, C, *spatial) convolved with W (M, Cg, *kernel) -> (1, M, *out)."""
     m = w.shape[0]
@@ -279,3 +308,55 @@ def conv_rows(x, wr, rows: Rows, b=None):
     if b is not None:
         y += b
     return y.T[None]
+
+
+class LastColumns:
+    """The geometry of one image's columns gathered channels-last (module doc): the zero-padded
+    channels-last copy of X (*padded, C), and its window view (*out, *kernel[:-1], kw*C), each window
+    row one contiguous run of kw*C values (dilation 1 along the last axis), copied into the columns
+    (pixels, k*C [+ 1 for the bias's ones])."""
+    __slots__ = ("padded", "inner", "view_shape", "view_strides", "k", "pixels", "dtype")
+
+    def __init__(self, x_shape, dtype, kernel, strides, dil, begin, end, out):
+        c = x_shape[1]
+        sizes = [s + b + e for s, b, e in zip(x_shape[2:], begin, end)]
+        self.dtype = np.dtype(np.float32) if np.dtype(dtype) in UPCAST else np.dtype(dtype)
+        self.padded = (*sizes, c)
+        self.inner = (*(slice(b, b + s) for b, s in zip(begin, x_shape[2:])), slice(None))
+        steps = [c * math.prod(sizes[d + 1:]) for d in range(len(sizes))]   # element strides of the axes
+        item = self.dtype.itemsize
+        self.view_shape = (*out, *kernel[:-1], kernel[-1] * c)
+        self.view_strides = tuple(item * v for v in (*(st * s for st, s in zip(steps, strides)),
+                                                      *(st * d for st, d in zip(steps[:-1], dil[:-1])), 1))
+        self.k = c * math.prod(kernel)
+        self.pixels = math.prod(out)
+
+    @staticmethod
+    def applies(x_shape, group, kernel, dil, out) -> bool:
+        """One image, one group, more than one tap along the last axis at dilation 1 (a window row of
+        one tap is one strided copy in the window view too), enough channels for the window rows' runs
+        and few enough output pixels (thresholds.LAST_COLUMNS_*)."""
+        return (x_shape[0] == 1 and group == 1 and len(x_shape) >= 3 and kernel[-1] > 1 and dil[-1] == 1
+                and x_shape[1] >= thresholds.LAST_COLUMNS_MIN_CHANNELS
+                and math.prod(out) <= thresholds.LAST_COLUMNS_MAX_PIXELS)
+
+
+def last_weights(w):
+    """W (M, C, *kernel) -> (M, k*C): the taps in a channels-last window's order."""
+    return np.moveaxis(w, 1, -1).reshape(w.shape[0], -1)
+
+
+def conv_last(x, wl, last: LastColumns, out):
+    """One image x (1, C, *spatial) in the compute type, wl = last_weights(W) (M, k*C) or with B as one
+    more column (pointwise.bias_column) -> (1, M, *out), contiguous: Wl @ columns^T, the bias summed by
+    the product against a column of ones when wl holds it (BLAS reads the columns transposed, no copy)."""
+    xp = np.zeros(last.padded, dtype=last.dtype)
+    xp[last.inner] = np.moveaxis(x[0], 0, -1)
+    cols = np.empty((last.pixels, wl.shape[1]), dtype=last.dtype)
+    view = np.ndarray(last.view_shape, last.dtype, xp, 0, last.view_strides)
+    if wl.shape[1] == last.k:
+        cols.reshape(last.view_shape)[...] = view
+    else:
+        cols[:, :last.k].reshape(last.view_shape)[...] = view
+        cols[:, last.k] = 1
+    return blas.matmul(wl, cols.T).reshape(1, wl.shape[0], *out)

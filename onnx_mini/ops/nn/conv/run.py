@@ -8,6 +8,9 @@ the model (never in a process-wide cache):
 - the banded matrices and the depthwise einsum's tiled weights: once per input shape (they depend
   on its output width);
 - W's taps in a channels-last window's order (im2col.rows_weights): on the first run by rows;
+- W as one image's im2col multiplies it, B as one more column (`_biased`): its taps in a channels-last
+  window's order (im2col.last_weights) on the first run with channels-last columns, as they are on
+  the first with the bias row;
 - W's kernel rows stacked with B in a column (strips.weights): on the first run by strips.
 A W fed at run time is transformed on every call, as are a constant W's transforms when another W
 comes instead (identity decides: a constant arrives as that same array). W's finiteness (for the
@@ -95,6 +98,11 @@ class Convolution:
                 y = im2col.conv_rows(x, wr, columns, b)
                 if constant and dtype not in UPCAST:      # later calls of this shape go straight here
                     layout.rows_w = wr
+            elif columns.__class__ is im2col.LastColumns:  # (B summed by the product)
+                y = im2col.conv_last(x, self._biased("last", given_w, given_b, x.dtype, constant), columns, out)
+            elif b is not None and columns.bias_row and (columns.band is None or not blas.splitting()):
+                # B summed by the product
+                y = im2col.conv_biased(x, self._biased("nchw", given_w, given_b, x.dtype, constant), columns, out)
             else:
                 y = im2col.conv(x, w, group, columns, out)
                 if b is not None:
@@ -189,6 +197,22 @@ class Convolution:
             ws = self.kept["strips", dtype] = strips.weights(w, b, dtype)
         return ws
 
+    def _biased(self, kind, w, b, dtype, constant):
+        """W in the compute type as (M, columns' rows) in the order of `kind`'s columns ("last":
+        im2col.last_weights, "nchw": W's own), with B as one more column (pointwise.bias_column) when
+        given: once for the constant W and B."""
+        def make():
+            wk = w.astype(dtype, copy=False)
+            wk = im2col.last_weights(wk) if kind == "last" else wk.reshape(wk.shape[0], -1)
+            return (np.ascontiguousarray(wk) if b is None
+                    else pointwise.bias_column(wk, b.astype(dtype, copy=False), 1, False)[0])
+        if not (constant and b is self.b):
+            return make()
+        wk = self.kept.get((kind, dtype))
+        if wk is None:
+            wk = self.kept[kind, dtype] = make()
+        return wk
+
     def _winograd(self, w, dtype):
         u = self.kept.get(("winograd", dtype))
         if u is None:
@@ -219,12 +243,15 @@ class _Layout:
 
 def _columns(layout, x, group):
     """The im2col geometry of the layout's shape (x: in the compute type), made on its first im2col run:
-    im2col.Rows where a 1-D image's columns are better read as rows, else im2col.Columns."""
+    im2col.Rows where a 1-D image's columns are better read as rows, im2col.LastColumns where one small
+    image's are better gathered channels-last (only the one-image path uses either), else im2col.Columns."""
     columns = layout.memo.get("columns")
     if columns is None:
         kernel, strides, dil, begin, end, out = layout.geometry
         if im2col.Rows.applies(x.shape, group, kernel, dil, out):
             columns = im2col.Rows(x.shape, x.dtype, kernel, strides, begin, end, out)
+        elif im2col.LastColumns.applies(x.shape, group, kernel, dil, out):
+            columns = im2col.LastColumns(x.shape, x.dtype, kernel, strides, dil, begin, end, out)
         else:
             columns = im2col.Columns(x.shape, x.dtype, group, kernel, strides, dil, begin, end, out)
         layout.memo["columns"] = columns

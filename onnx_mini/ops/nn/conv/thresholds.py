@@ -45,6 +45,17 @@ DW_MIN_PART_MACS = 700_000               # a thread per part of this many MACs (
 TRANSPOSE_MIN_PIXELS = 576               # blocked transposes / column phases from 24x24 on (20x20 lost)
 TRANSPOSE_BLOCK_PIXELS = 196             # back to NCHW in blocks of this many pixels (136x28x28 66 -> 38 us)
 TRANSPOSE_CHANNELS = 64                  # to channels-last this many channels at a time (112x56x56 174 -> 130 us)
+LAST_COLUMNS_MIN_CHANNELS = 32           # one image: columns gathered channels-last (window rows: runs of kw*C values)
+                                         # from 32 channels (3x3, split / native mode, medians per call, loaded):
+                                         # 32x24x8 -> 64 166 -> 135 / 408 -> 244 us, 48x12x12 -> 48 185 -> 164 /
+                                         # 494 -> 302, 512x7x7 -> 512 0.95 / 0.92, 256x14x14 /2 0.94 / 0.86; 16x48x16
+                                         # -> 32 a tie with IM2COL_BIAS_ROW, 1x97x32 -> 16 lost (73 -> 136 us); kw > 1
+                                         # only: 1x1 /2 512x28x28 -> 1024 lost 3.1 -> 4.0 ms (X transposed whole)
+LAST_COLUMNS_MAX_PIXELS = 256            # ... up to this many output pixels: 64x16x16 -> 128 0.95, 32x16x16 -> 64
+                                         # 0.96, 128x28x28 /2 (196) 0.89 / 0.77; lost at 32x32x32 -> 64 (886 -> 998 us)
+IM2COL_BIAS_ROW = True                   # one image, one group, no phases: B summed by the product (a row of ones
+                                         # after the columns), no pass over Y: 1x97x32 -> 16 (+ Relu) 73 -> 63 us,
+                                         # 16x48x16 -> 32 258 -> 247, 3x64x64 -> 32 396 -> 348, 8x64x64 -> 16 307 -> 289
 PHASES_MIN_COLUMN_BYTES = 320 << 10      # strided im2col from the stride phases (3x3 /2, columns only, loaded): won from
                                          # 324 KB (16x48x48 79 -> 68 us, 48x28x28 130 -> 120, 16x56x56 124 -> 109,
                                          # 3x224x224 174 -> 104), tied at 288 KB (8x64x64), lost at 225 KB (16x40x40 57 -> 69)

@@ -1,0 +1,213 @@
+"""One image's im2col (ops/nn/conv/im2col.py): the columns of a small image of many channels gathered
+channels-last (`LastColumns`: window rows as runs of kw*C values, W's taps in that order, the bias
+in a column of W against a column of ones), and B summed by the product through a row of ones after
+NCHW columns (`Columns.biased`). Values against helpers.conv2d_direct (Conv's definition); small
+integers make every float32 sum exact, so those results must match bit for bit."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx_mini
+from helpers import conv2d_direct
+from onnx_mini.ops.nn import conv
+from onnx_mini.ops.nn.conv import im2col, thresholds
+
+RNG = np.random.default_rng(2211)
+
+
+def ints(shape, lo=-3, hi=3, dtype=np.float32):
+    return RNG.integers(lo, hi + 1, size=shape).astype(dtype)
+
+
+def direct(x, w, b=None, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1)):
+    """conv2d_direct (pads: top, left, bottom, right) with W dilated: tap (i, j) at (i*dh, j*dw) of a
+    kernel of zeros."""
+    m, c, kh, kw = w.shape
+    dh, dw = dilations
+    wd = np.zeros((m, c, (kh - 1) * dh + 1, (kw - 1) * dw + 1), w.dtype)
+    wd[:, :, ::dh, ::dw] = w
+    return conv2d_direct(x, wd, b, strides=strides, pads=tuple(pads))
+
+
+def onnx_pads(pads):
+    """(top, left, bottom, right) -> ONNX's pads (begins, then ends: the same order in 2-D)."""
+    return list(pads)
+
+
+def gather(convolution, x):
+    """The im2col geometry the Convolution kept for X's shape (None when none was made)."""
+    layout = next(v for k, v in convolution.layouts.items() if k[0] == x.shape)
+    return layout.memo.get("columns")
+
+
+CASES = [  # (id, X shape, W shape, strides, pads (top, left, bottom, right), dilations)
+    ("wakeword-3x3", (1, 32, 24, 8), (64, 32, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    ("no-pads", (1, 32, 7, 9), (5, 32, 3, 3), (1, 1), (0, 0, 0, 0), (1, 1)),
+    ("strided-asymmetric", (1, 40, 11, 10), (6, 40, 3, 3), (2, 2), (0, 1, 2, 0), (1, 1)),
+    ("stride-2-by-1", (1, 33, 9, 7), (4, 33, 3, 2), (2, 1), (1, 0, 1, 1), (1, 1)),
+    ("dilated-rows", (1, 32, 10, 6), (3, 32, 3, 3), (1, 1), (2, 1, 2, 1), (2, 1)),
+    ("pads-beyond-the-kernel", (1, 32, 4, 3), (2, 32, 3, 3), (1, 1), (4, 0, 1, 5), (1, 1)),
+    ("1x2-padded", (1, 48, 5, 5), (7, 48, 1, 2), (1, 1), (1, 1, 1, 0), (1, 1)),
+    ("one-output", (1, 32, 3, 3), (2, 32, 3, 3), (1, 1), (0, 0, 0, 0), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("constant", [True, False])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
+def test_channels_last_columns_are_conv(case, constant, with_bias):
+    """Every geometry above by channels-last columns (the normal choice: one image, >= 32 channels, few
+    pixels), W and B constants (their layout made once) or fed: exact sums, X untouched."""
+    _, xs, ws, strides, pads, dil = case
+    x, w, b = ints(xs), ints(ws), ints((ws[0],)) if with_bias else None
+    given = x.copy()
+    convolution = conv.Convolution(pads=onnx_pads(pads), strides=list(strides), dilations=list(dil),
+                                   constants={1: w, 2: b} if constant else None)
+    want = direct(x, w, b, strides, pads, dil).astype(np.float32)
+    for _ in range(2):          # the second call: the kept weights and geometry
+        got = convolution(x, w, b)
+        assert convolution.algorithms[x.shape] == "im2col"
+        assert type(gather(convolution, x)) is im2col.LastColumns
+        assert got.dtype == np.float32 and got.shape == want.shape and got.flags.c_contiguous
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(x, given)
+
+
+def test_channels_last_columns_other_ranks():
+    """1-D (more outputs than by rows) and 3-D, with a bias: the same sums as the 2-D definition (a 1-D
+    Conv is a 2-D one of height 1; a 3-D one sums 2-D ones over its depth taps)."""
+    x1, w1, b1 = ints((1, 36, 11)), ints((5, 36, 3)), ints((5,))
+    c1 = conv.Convolution(pads=[1, 2], constants={1: w1, 2: b1})
+    got = c1(x1, w1, b1)
+    assert type(gather(c1, x1)) is im2col.LastColumns
+    want = conv2d_direct(x1[:, :, None], w1[:, :, None], b1, pads=(0, 1, 0, 2))[:, :, 0]
+    np.testing.assert_array_equal(got, want.astype(np.float32))
+
+    x3, w3, b3 = ints((1, 32, 4, 5, 6)), ints((3, 32, 2, 3, 3)), ints((3,))
+    c3 = conv.Convolution(pads=[0, 1, 1, 1, 1, 0], strides=[1, 2, 1], constants={1: w3, 2: b3})
+    got = c3(x3, w3, b3)
+    assert type(gather(c3, x3)) is im2col.LastColumns
+    xp = np.pad(x3, ((0, 0), (0, 0), (0, 1), (0, 0), (0, 0)))          # depth pads (0, 1)
+    depth = xp.shape[2] - 2 + 1
+    want = np.stack([sum(conv2d_direct(xp[:, :, d + t], w3[:, :, t], strides=(2, 1), pads=(1, 1, 1, 0))
+                         for t in range(2)) for d in range(depth)], axis=2) + b3.reshape(1, 3, 1, 1, 1)
+    np.testing.assert_array_equal(got, want.astype(np.float32))
+
+
+def test_which_gather_the_thresholds_choose():
+    """Channels-last columns from LAST_COLUMNS_MIN_CHANNELS input channels up to LAST_COLUMNS_MAX_PIXELS
+    output pixels, one image, more than one tap along the last axis at dilation 1; NCHW columns otherwise (with the bias
+    row for one image of one group), all exact."""
+    c_min, p_max = thresholds.LAST_COLUMNS_MIN_CHANNELS, thresholds.LAST_COLUMNS_MAX_PIXELS
+    side = int(p_max ** 0.5)
+    cases = [  # (X shape, W shape, dilations, the geometry expected)
+        ((1, c_min, side, p_max // side), (4, c_min, 3, 3), (1, 1), im2col.LastColumns),
+        ((1, c_min - 1, 8, 8), (4, c_min - 1, 3, 3), (1, 1), im2col.Columns),
+        ((1, c_min, side, p_max // side + 1), (4, c_min, 3, 3), (1, 1), im2col.Columns),
+        ((1, c_min, 8, 8), (4, c_min, 3, 3), (1, 2), im2col.Columns),
+        ((1, c_min, 8, 8), (4, c_min, 3, 1), (1, 1), im2col.Columns),     # one tap per window row
+    ]
+    for xs, ws, dil, kind in cases:
+        x, w, b = ints(xs), ints(ws), ints((ws[0],))
+        convolution = conv.Convolution(pads=[1, 1, 1, 1], dilations=list(dil), algorithm="im2col",
+                                       constants={1: w, 2: b})
+        got = convolution(x, w, b)
+        assert type(gather(convolution, x)) is kind, xs
+        np.testing.assert_array_equal(got, direct(x, w, b, (1, 1), (1, 1, 1, 1), dil).astype(np.float32))
+
+
+@pytest.mark.parametrize("xs, ws, strides", [
+    ((1, 1, 97, 32), (16, 1, 3, 3), (1, 1)),        # the wakeword's first layer
+    ((1, 8, 12, 10), (6, 8, 3, 2), (1, 2)),         # strided, columns from the window view
+    ((1, 3, 130, 130), (4, 3, 3, 3), (2, 2)),       # strided with large columns: from the phases, no bias row
+    ((2, 8, 9, 9), (5, 8, 3, 3), (1, 1)),           # two images: the bias after each image's product
+])
+def test_bias_row_is_conv(xs, ws, strides):
+    """B summed by the product (a row of ones after one image's NCHW columns), or added after it where
+    the columns come otherwise: exact; without B the product alone; the constant W's layout is kept."""
+    x, w, b = ints(xs), ints(ws), ints((ws[0],))
+    pads = (1, 0, 1, 1)
+    convolution = conv.Convolution(pads=onnx_pads(pads), strides=list(strides), algorithm="im2col",
+                                   constants={1: w, 2: b})
+    for _ in range(2):
+        np.testing.assert_array_equal(convolution(x, w, b), direct(x, w, b, strides, pads).astype(np.float32))
+    columns = gather(convolution, x)
+    if xs[0] == 1:
+        assert type(columns) is im2col.Columns
+        assert columns.bias_row == (columns.phases is None)
+        assert (("nchw", np.dtype(np.float32)) in convolution.kept) == columns.bias_row
+        assert (columns.phases is not None) == (xs[2] == 130)
+    plain = conv.Convolution(pads=onnx_pads(pads), strides=list(strides), algorithm="im2col")
+    np.testing.assert_array_equal(plain(x, w), direct(x, w, None, strides, pads).astype(np.float32))
+
+
+def test_another_w_than_the_constant():
+    """A W (or B) fed in place of the constants is laid out on the call, never from the kept layout."""
+    b2 = ints((4,))
+    for xs in ((1, 32, 6, 6), (1, 4, 6, 6)):         # channels-last columns, then NCHW with the bias row
+        x, w, b, w2 = ints(xs), ints((4, xs[1], 3, 3)), ints((4,)), ints((4, xs[1], 3, 3))
+        convolution = conv.Convolution(pads=[1, 1, 1, 1], constants={1: w, 2: b})
+        want = direct(x, w, b, (1, 1), (1, 1, 1, 1)).astype(np.float32)
+        np.testing.assert_array_equal(convolution(x, w, b), want)
+        np.testing.assert_array_equal(convolution(x, w2, b), direct(x, w2, b, (1, 1), (1, 1, 1, 1)).astype(np.float32))
+        np.testing.assert_array_equal(convolution(x, w, b2), direct(x, w, b2, (1, 1), (1, 1, 1, 1)).astype(np.float32))
+        np.testing.assert_array_equal(convolution(x, w, b), want)
+
+
+def test_types_and_non_finite_values():
+    """float64 computes in float64, float16 in float32 rounded once; an infinity or NaN in X reaches
+    exactly the outputs whose windows hold it (inf * 0 = NaN where a tap is 0, as the definition)."""
+    x = RNG.standard_normal((1, 32, 6, 5))
+    w = RNG.standard_normal((8, 32, 3, 3))
+    b = RNG.standard_normal(8)
+    want = direct(x, w, b, (1, 1), (1, 1, 1, 1))
+    y64 = conv.Convolution(pads=[1, 1, 1, 1], constants={1: w, 2: b})(x, w, b)
+    assert y64.dtype == np.float64
+    np.testing.assert_allclose(y64, want, rtol=1e-12, atol=1e-12)
+    x16, w16, b16 = x.astype(np.float16), w.astype(np.float16), b.astype(np.float16)
+    y16 = conv.Convolution(pads=[1, 1, 1, 1], constants={1: w16, 2: b16})(x16, w16, b16)
+    assert y16.dtype == np.float16
+    want16 = direct(x16.astype(np.float64), w16.astype(np.float64), b16.astype(np.float64), (1, 1), (1, 1, 1, 1))
+    np.testing.assert_allclose(y16.astype(np.float64), want16, rtol=2e-3, atol=2e-2)
+
+    xi, wi, bi = ints((1, 32, 5, 4)), ints((3, 32, 3, 3)), ints((3,))
+    wi[0, :, 1, 1] = 0          # channel 0's centre tap is 0: inf * 0 = NaN there
+    xi[0, 2, 2, 1] = np.inf
+    xi[0, 5, 0, 3] = np.nan
+    convolution = conv.Convolution(pads=[1, 1, 1, 1], constants={1: wi, 2: bi})
+    with np.errstate(invalid="ignore"):         # (BLAS's inf * 0, as wanted)
+        got = convolution(xi, wi, bi)
+    assert type(gather(convolution, xi)) is im2col.LastColumns
+    np.testing.assert_array_equal(got, direct(xi, wi, bi, (1, 1), (1, 1, 1, 1)).astype(np.float32))
+    assert np.isnan(got[0, 0, 2, 1]) and np.isnan(got[0, 1, 0, 3])
+
+
+def test_fused_conv_relu_model():
+    """The wakeword's Conv + Relu layers through prepare/run (the fused Conv, its Relu in place after
+    the product that summed B): the definition's values, float32 within rounding."""
+    x = RNG.standard_normal((1, 1, 97, 32)).astype(np.float32)
+    weights = [(RNG.standard_normal((m, c, 3, 3)) / np.sqrt(9 * c)).astype(np.float32)
+               for c, m in ((1, 16), (16, 32), (32, 64))]
+    biases = [RNG.standard_normal(w.shape[0]).astype(np.float32) for w in weights]
+    nodes, inits, name = [], [], "x"
+    for i, (w, b) in enumerate(zip(weights, biases)):
+        inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(b, f"b{i}")]
+        nodes += [helper.make_node("Conv", [name, f"w{i}", f"b{i}"], [f"c{i}"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"]),
+                  helper.make_node("MaxPool", [f"r{i}"], [f"p{i}"], kernel_shape=[2, 2], strides=[2, 2])]
+        name = f"p{i}"
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 97, 32])],
+                              [helper.make_tensor_value_info(name, TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    want = x.astype(np.float64)
+    for w, b in zip(weights, biases):
+        y = np.maximum(direct(want, w, b, (1, 1), (1, 1, 1, 1)), 0)
+        h, wd = y.shape[2] // 2 * 2, y.shape[3] // 2 * 2
+        want = y[:, :, :h, :wd].reshape(1, y.shape[1], h // 2, 2, wd // 2, 2).max(axis=(3, 5))
+    prepared = onnx_mini.prepare(model)
+    for _ in range(2):
+        (got,) = prepared.run({"x": x})
+        assert got.shape == (1, 64, 12, 4)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
