@@ -82,6 +82,33 @@ def spawn(work: Callable[[], None], copies: int) -> list:
     return [pool.submit(contextvars.copy_context().run, work) for _ in range(copies)]
 
 
+def shared(work: Callable[[int], None], n_blocks: int) -> None:
+    """work(i) for every i in range(n_blocks), each block taken by whichever thread is free next: the caller
+    and the pool's threads (each block writes its own part of a result). On a busy machine a pool
+    thread may start late: the caller then takes the blocks it would have, and a thread not started when they
+    run out is cancelled, never waited for (split's fixed parts wait for it)."""
+    helpers = min(threads(), n_blocks) - 1
+    if helpers <= 0:
+        for i in range(n_blocks):
+            work(i)
+        return
+    blocks = iter(range(n_blocks))       # shared: next() on it is atomic (one C call under the GIL)
+
+    def take():
+        for i in blocks:
+            work(i)
+    futures = spawn(take, helpers)
+    try:
+        take()
+    finally:
+        for f in futures:
+            if not f.cancel():           # started: wait for its last block (or its error)
+                f.exception()
+    for f in futures:
+        if not f.cancelled():
+            f.result()
+
+
 def cap(threads: int | None) -> contextvars.Token:
     """From now on in this context split() uses at most `threads` threads (None or 0: no cap); give the
     token to uncap() to end it. limited() as two calls, for a run's hot path; None (nothing to undo)

@@ -199,11 +199,11 @@ def test_shared_blocks_runs_each_block_once():
             seen.append(i)
     for n in (0, 1, 2, 7):
         seen.clear()
-        qm._shared_blocks(work, n)
+        parallel.shared(work, n)
         assert sorted(seen) == list(range(n))
     with parallel.limited(1):
         seen.clear()
-        qm._shared_blocks(work, 5)
+        parallel.shared(work, 5)
         assert seen == [0, 1, 2, 3, 4]
 
 
@@ -212,7 +212,7 @@ def test_shared_blocks_raises_a_block_error():
         if i == 3:
             raise RuntimeError("block 3")
     with pytest.raises(RuntimeError, match="block 3"):
-        qm._shared_blocks(work, 6)
+        parallel.shared(work, 6)
 
 
 def test_whole_model_same_in_both_modes(monkeypatch):

@@ -603,33 +603,6 @@ def _finish(block, scale, bias, act) -> None:
             block[...] = r
 
 
-def _shared_blocks(work, n_blocks: int) -> None:
-    """work(i) for every i in range(n_blocks), each block taken by whichever thread is free next: the caller
-    and parallel's pool threads (each block writes its own part of a result). On a busy machine a pool
-    thread may start late: the caller then takes the blocks it would have, and a thread not started when they
-    run out is cancelled, never waited for (parallel.split's fixed parts wait for it)."""
-    helpers = min(parallel.threads(), n_blocks) - 1
-    if helpers <= 0:
-        for i in range(n_blocks):
-            work(i)
-        return
-    blocks = iter(range(n_blocks))       # shared: next() on it is atomic (one C call under the GIL)
-
-    def take():
-        for i in blocks:
-            work(i)
-    futures = parallel.spawn(take, helpers)
-    try:
-        take()
-    finally:
-        for f in futures:
-            if not f.cancel():           # started: wait for its last block (or its error)
-                f.exception()
-    for f in futures:
-        if not f.cancelled():
-            f.result()
-
-
 # Row blocks of a product lose BLAS efficiency below ~64 rows ([128, 256] x [256, 1024] on one thread: 64 rows
 # at a time 1.05x the whole product's time, 32 rows 1.2x, 16 rows 1.4x; measured under load)
 _MIN_ROWS = 64
@@ -663,7 +636,7 @@ def _split_rows(a, bc, bound, scale, bias, act):
         block = y[t * rows:(t + 1) * rows]
         np.matmul(a2[t * rows:(t + 1) * rows], bc, out=block)
         _finish(block, scale, bias, act)
-    _shared_blocks(part, -(-m // rows))
+    parallel.shared(part, -(-m // rows))
     return y.reshape(*a.shape[:-1], n)
 
 

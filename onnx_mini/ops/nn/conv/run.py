@@ -90,11 +90,8 @@ class Convolution:
         if name == "im2col" and n == 1:     # one image: finished here, a small Conv's fixed cost counts
             columns = _columns(layout, x, group)
             if columns.__class__ is im2col.Rows:       # (B added to the products' rows, contiguous)
-                wr = self.kept.get(("rows", x.dtype)) if constant else None
-                if wr is None:          # W's taps reordered: once for the constant W
-                    wr = im2col.rows_weights(w)
-                    if constant:
-                        self.kept["rows", x.dtype] = wr
+                # W's taps reordered: once for the constant W
+                wr = _kept(self.kept, constant, ("rows", x.dtype), lambda: im2col.rows_weights(w))
                 y = im2col.conv_rows(x, wr, columns, b)
                 if constant and dtype not in UPCAST:      # later calls of this shape go straight here
                     layout.rows_w = wr
@@ -145,11 +142,11 @@ class Convolution:
                 return y.astype(dtype, copy=False)
             return _per_image(pointwise.conv, x, m, out, finish, wg, out, shuffle).astype(dtype, copy=False)
         elif name == "winograd":
-            u = self._winograd(given_w, x.dtype) if constant else winograd.weights(given_w, x.dtype)
+            u = _kept(self.kept, constant, ("winograd", x.dtype), lambda: winograd.weights(given_w, x.dtype))
             return _per_image(winograd.conv, x, m, out, finish, u, begin, out).astype(dtype, copy=False)
         elif name == "strips":          # B summed by the product
-            ws = (self._strips(given_w, given_b, x.dtype) if constant and given_b is self.b
-                  else strips.weights(given_w, given_b, x.dtype))
+            ws = _kept(self.kept, constant and given_b is self.b, ("strips", x.dtype),
+                       lambda: strips.weights(given_w, given_b, x.dtype))
             geometry = layout.keep(True, "strips", lambda: strips.Strips(x.shape, x.dtype, kernel, dil, begin, out))
             bias = None
             return _per_image(strips.conv, x, m, out, finish, ws, geometry).astype(dtype, copy=False)
@@ -184,18 +181,8 @@ class Convolution:
         return layout
 
     def _bias_column(self, w, b, shuffle, constant):
-        if not (constant and b is self.b):
-            return pointwise.bias_column(w, b, self.group, shuffle)
-        wb = self.kept.get(("bias column", shuffle))
-        if wb is None:
-            wb = self.kept["bias column", shuffle] = pointwise.bias_column(w, b, self.group, shuffle)
-        return wb
-
-    def _strips(self, w, b, dtype):
-        ws = self.kept.get(("strips", dtype))
-        if ws is None:
-            ws = self.kept["strips", dtype] = strips.weights(w, b, dtype)
-        return ws
+        return _kept(self.kept, constant and b is self.b, ("bias column", shuffle),
+                     lambda: pointwise.bias_column(w, b, self.group, shuffle))
 
     def _biased(self, kind, w, b, dtype, constant):
         """W in the compute type as (M, columns' rows) in the order of `kind`'s columns ("last":
@@ -206,18 +193,7 @@ class Convolution:
             wk = im2col.last_weights(wk) if kind == "last" else wk.reshape(wk.shape[0], -1)
             return (np.ascontiguousarray(wk) if b is None
                     else pointwise.bias_column(wk, b.astype(dtype, copy=False), 1, False)[0])
-        if not (constant and b is self.b):
-            return make()
-        wk = self.kept.get((kind, dtype))
-        if wk is None:
-            wk = self.kept[kind, dtype] = make()
-        return wk
-
-    def _winograd(self, w, dtype):
-        u = self.kept.get(("winograd", dtype))
-        if u is None:
-            u = self.kept["winograd", dtype] = winograd.weights(w, dtype)
-        return u
+        return _kept(self.kept, constant and b is self.b, (kind, dtype), make)
 
 
 class _Layout:
@@ -233,12 +209,18 @@ class _Layout:
 
     def keep(self, constant: bool, key, make):
         """make(), kept in memo under key when it transforms the Conv's constant W."""
-        if not constant:
-            return make()
-        value = self.memo.get(key)
-        if value is None:
-            value = self.memo[key] = make()
-        return value
+        return _kept(self.memo, constant, key, make)
+
+
+def _kept(store: dict, constant: bool, key, make):
+    """make(), kept in store under key when it transforms the Conv's constant W (and B): the model's
+    transforms (Convolution.kept) and one shape's (_Layout.memo) alike."""
+    if not constant:
+        return make()
+    value = store.get(key)
+    if value is None:
+        value = store[key] = make()
+    return value
 
 
 def _columns(layout, x, group):
