@@ -1,29 +1,53 @@
-"""A numpy floor under the application models of issue 22: their products alone, and their depthwise
-Convs alone, next to both runtimes.
+"""A numpy floor under the application models of issue 22: their products alone, their depthwise
+Convs alone, and the whole model (products, depthwise Convs and the elementwise passes between them),
+next to both runtimes.
 
     .venv/bin/python benchmarks/bench_floors.py                       # mobilenet_qdq/qop, bert_dynint8, decoder_int4
     .venv/bin/python benchmarks/bench_floors.py --only decoder_int4
     .venv/bin/python benchmarks/bench_floors.py --depthwise-only     # the depthwise tables alone (~40 s)
+    .venv/bin/python benchmarks/bench_floors.py --only mobilenet_qdq --no-depthwise-tables --per-node
 
 For each model (benchmarks/app_models.py; "suite:" cases: bench_suite's built float models), one run of onnx_mini with optimize=False records the inputs
 of every product node (Conv, QLinearConv, ConvInteger, Gemm, QGemm, MatMul, MatMulInteger, MatMulNBits,
-QLinearMatMul); the floor is then the least numpy can do for those products in float32, run back to
-back in graph order (so weights stream through the caches as in a real run):
+QLinearMatMul); the products floor is then the least numpy can do for those products in float32, run
+back to back in graph order (so weights stream through the caches as in a real run):
 - a Conv of one group: one matrix product W [M, C*kh*kw] x columns [C*kh*kw, OH*OW], the columns made
   beforehand (their copy not counted);
-- a depthwise Conv: nothing here (no matrix product); its own floor is the second table (below);
+- a depthwise Conv: nothing here (no matrix product); its own floor is the depthwise table (below);
 - a product node: a float32 matrix product of its shapes (MatMulNBits: float32 weights [K, N], what a
   numpy runtime holds for 4-bit weights: numpy has no packed low-bit product).
 Products go through onnx_mini.blas.matmul inside blas.during_run (OpenBLAS's threads, or split over
 two threads on a busy machine, as a run does).
-Everything else a model does (quantization, activations, copies, attention's softmax) is left out,
-so the floor is a lower bound of any numpy runtime on this machine; where it alone exceeds 2x
+Everything else a model does (quantization, activations, copies, attention's softmax) is left out
+of it, so this floor is a lower bound of any numpy runtime on this machine; where it alone exceeds 2x
 onnxruntime's whole run, issue 22's 2.0x bar cannot be reached in numpy for that model.
 Timing as bench_apps.py: alternating blocks, each after gc, a 0.5 s pause and one untimed call;
 per-call medians.
 
-The second table, the depthwise floor: every depthwise Conv (one input channel per group) of
-mobilenet_qdq and suite:mobilenet, each next to onnxruntime's time for the same Conv alone (a
+The whole floor (the first table's second floor column) adds to the products, in run order and
+timed as one run beside them, what no numpy runtime avoids between them:
+- every depthwise Conv at its layer's fastest variant of the depthwise floors below (picked by
+  timing them all as the depthwise table does, before the alternating blocks);
+- one pass over a tensor wherever the model must touch its elements outside a product
+  (elementwise_passes says where: a requantization, a unary activation not folded into the lookup
+  table of the requantization after it, a residual Add, pooling, Softmax, LayerNormalization,
+  dynamic quantization), each timed as the cheapest numpy call over a float32 tensor of that shape,
+  np.multiply(y, 1, out=y). That pass stands for the quantize-dequantize or the lookup over codes a
+  Conv's output needs; numpy does a QuantizeLinear in 3-4 such calls (scale, round, clip, back),
+  a Softmax or LayerNormalization in more, so the count errs low. Stem column copies, padding and
+  layout transposes are not counted either.
+A second table gives the parts, each timed alone in run order, and their sum. The two bracket numpy's
+least: each piece works on buffers of its own, so in the whole run it finds its input beyond the
+caches where a runtime finds its producer's output warm (the whole may overstate), while a part
+alone keeps its few buffers warm from call to call (their sum understates). Where the sum of the
+parts exceeds 2x onnxruntime's whole run, the 2.0x bar is out of numpy's reach; below,
+2 - whole floor / ort is the room (in onnxruntime runs) left for everything the floor leaves out.
+--per-node prints the whole floor per product node (with the passes up to the next product: what
+onnx_mini fuses into it) next to onnx_mini's profile (onnx_mini.profile, optimised; means over
+its runs, the profiler's hooks adding a few us a node), to show where the room goes.
+
+The depthwise tables (printed last), the depthwise floor: every depthwise Conv (one input channel per
+group) of mobilenet_qdq and suite:mobilenet, each next to onnxruntime's time for the same Conv alone (a
 single-node model, 2 threads) and onnx_mini's, with the three approaches numpy offers at their least:
 - taps: the kh*kw multiplies and the adds into a preallocated output on inputs already padded and
   laid out for it (stride s: the s*s stride phases stored apart), so that each tap is one multiply
@@ -79,16 +103,22 @@ def _attrs(model) -> dict[str, dict]:
     return {n.name: {a.name: helper.get_attribute_value(a) for a in n.attribute} for n in model.graph.node}
 
 
-def _record(app) -> list[tuple[str, str, list[np.ndarray]]]:
-    """(node name, op type, its input arrays) of every product node of one unoptimised run."""
-    seen = []
+def _record_steps(app) -> list[tuple]:
+    """(StepInfo, input arrays, output arrays) of every node of one unoptimised run, in run order."""
+    steps = []
 
     def hook(info, inputs, outputs):
-        if info.op_type in PRODUCTS:
-            seen.append((info.name, info.op_type, [None if x is None else np.asarray(x) for x in inputs]))
+        steps.append((info, [None if x is None else np.asarray(x) for x in inputs],
+                      [None if x is None else np.asarray(x) for x in outputs]))
     rep = onnx_mini.prepare(app.model, optimize=False)
     rep.run(app.feeds, hook=hook)
-    return seen
+    return steps
+
+
+def _record(app, steps=None) -> list[tuple[str, str, list[np.ndarray]]]:
+    """(node name, op type, its input arrays) of every product node of one unoptimised run."""
+    return [(info.name, info.op_type, inputs) for info, inputs, _ in steps or _record_steps(app)
+            if info.op_type in PRODUCTS]
 
 
 def _geometry(x, w, attrs):
@@ -145,7 +175,8 @@ def _product_floor(rng, op, inputs, attrs):
     return lambda: blas.matmul(af, bf)
 
 
-def floor_fn(app, seen):
+def _product_fns(app, seen) -> list[Callable | None]:
+    """One function per product node of `seen`: its float32 matrix product(s), None for a depthwise Conv."""
     rng = np.random.default_rng(0)
     attrs = _attrs(app.model)
     fns = []
@@ -153,17 +184,10 @@ def floor_fn(app, seen):
         at = attrs.get(name, {})
         if op in ("Conv", "QLinearConv", "ConvInteger"):
             x, w = (inputs[0], inputs[3]) if op == "QLinearConv" else (inputs[0], inputs[1])
-            f = _conv_floor(rng, x, w, at)
-            if f is not None:
-                fns.append(f)
+            fns.append(_conv_floor(rng, x, w, at))
         else:
             fns.append(_product_floor(rng, op, inputs, at))
-
-    def run():
-        with blas.during_run():         # the products on the threads a run gives them (blas.py's policy)
-            for f in fns:
-                f()
-    return run
+    return fns
 
 
 def _depthwise(app, seen) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray | None, dict]]:
@@ -172,11 +196,14 @@ def _depthwise(app, seen) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray 
     attrs = _attrs(app.model)
     layers = []
     for name, op, inputs in seen:
+        if op not in ("Conv", "QLinearConv"):
+            continue
         at = attrs.get(name, {})
         group = int(at.get("group", 1))
-        if op == "Conv" and inputs[0].ndim == 4 and group > 1 and inputs[1].shape[:2] == (group, 1) == (
-                inputs[0].shape[1], 1):
-            layers.append((name, inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None, at))
+        x, w, b = (inputs[0], inputs[3], inputs[8] if len(inputs) > 8 else None) if op == "QLinearConv" else (
+            inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None)
+        if x.ndim == 4 and group > 1 and w.shape[:2] == (group, 1) == (x.shape[1], 1):
+            layers.append((name, x, w, b, at))
     return layers
 
 
@@ -344,6 +371,13 @@ def _time_layers(kinds: dict[str, list], blocks: int, calls: int) -> dict[str, l
     return {k: [statistics.median(v) for v in lists] for k, lists in per.items()}
 
 
+def _table(head, rows):
+    """Print a markdown table."""
+    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
+    for r in [head, ["-" * w for w in widths], *rows]:
+        print("| " + " | ".join(str(v).ljust(w) for v, w in zip(r, widths)) + " |")
+
+
 def depthwise_floor(name: str, app, seen, whole: tuple[float, float] | None) -> None:
     """Print the depthwise floor table of one model (the module's docstring); whole: onnxruntime's
     whole run and the products' floor, when the first table measured them."""
@@ -382,9 +416,7 @@ def depthwise_floor(name: str, app, seen, whole: tuple[float, float] | None) -> 
                  f"{sum(best['einsum']) / total:.2f}x"])
     least = sum(min(f) for f in zip(*best.values()))
     print(f"\n{name}: depthwise layers against onnxruntime's single-node Conv (2 threads)")
-    widths = [max(len(str(r[j])) for r in [head, *rows]) for j in range(len(head))]
-    for r in [head, ["-" * v for v in widths], *rows]:
-        print("| " + " | ".join(str(v).ljust(wd) for v, wd in zip(r, widths)) + " |")
+    _table(head, rows)
     note = (f"numpy's floor for these layers (the best approach per layer): {core.fmt_time(least)}, "
             f"{least / total:.2f}x onnxruntime's {core.fmt_time(total)}")
     if whole:
@@ -392,6 +424,169 @@ def depthwise_floor(name: str, app, seen, whole: tuple[float, float] | None) -> 
         note += (f"; with the products' floor {core.fmt_time(products)}: {(least + products) / model_ort:.2f}x "
                  f"onnxruntime's whole run ({core.fmt_time(model_ort)}; measured apart, a lower bound)")
     print(note)
+
+
+# The whole-model floor (the module's docstring): what each node costs at least, in run order.
+VIEWS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose", "Shape", "Size", "Expand",
+         "Constant", "ConstantOfShape"}
+# Elementwise ops that fold into a product or the pass next to them (a scale, a bias, a type change).
+LINEAR = {"DequantizeLinear", "Cast"}
+SCALED = {"Mul", "Add", "Sub", "Div"}           # linear when the other operand is a constant or a scalar
+UNARY = {"HardSwish", "HardSigmoid", "Relu", "LeakyRelu", "PRelu", "Clip", "Sigmoid", "Tanh", "Erf", "Gelu",
+         "Exp", "Log", "Sqrt", "Abs", "Neg", "Softplus", "Elu", "Selu", "Mish", "Round", "Floor", "Ceil"}
+QUANTIZED_OUT = {"QLinearConv", "QLinearMatMul"}    # products that requantize their own output (and QGemm with y_scale)
+
+
+def elementwise_passes(model, steps) -> list[tuple[str, str, tuple[int, ...], str]]:
+    """The passes over tensors a numpy runtime cannot avoid between the products, one per entry
+    (node name, op type, the tensor's shape, what the pass stands for), in run order:
+    - a QuantizeLinear on a computed tensor: one pass over its input (the requantization: a
+      QuantizeLinear -> DequantizeLinear pair, or the lookup over codes a table of 256 entries
+      makes of DequantizeLinear -> a unary activation -> QuantizeLinear);
+    - a product that requantizes its output (QLinearConv, QLinearMatMul, QGemm with y_scale): one
+      pass over the output;
+    - a unary activation: one pass, none when it only feeds QuantizeLinear (the lookup above);
+    - DequantizeLinear, Cast and Mul/Add/Sub/Div by a constant or a scalar: none (they fold into the
+      product's weights or bias, or into the pass next to them); views (Reshape, Transpose, ...): none;
+    - any other node on computed tensors (residual Add, pooling, Softmax, LayerNormalization,
+      DynamicQuantizeLinear, Gather): one pass over its largest tensor.
+    Nodes on constants alone do nothing (folded at prepare). Each pass is timed as the cheapest
+    numpy call there is over a float32 tensor of that shape (one in-place multiply), so the count
+    errs low: a numpy QuantizeLinear takes 3 or 4 such calls (scale, round, clip, back)."""
+    consumers: dict[str, list[str]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node.op_type)
+    passes = []
+    for info, live, outputs in _computed(model, steps):
+        op = info.op_type
+        if op in PRODUCTS:
+            quantized = op in QUANTIZED_OUT or op == "QGemm" and len(info.inputs) > 6 and info.inputs[6]
+            if quantized:
+                passes.append((info.name, op, outputs[0].shape, "requantization of its output"))
+        elif op in VIEWS or op in LINEAR or op in SCALED and sum(x.size > 1 for x in live) <= 1:
+            continue
+        elif op == "QuantizeLinear":
+            passes.append((info.name, op, live[0].shape, "requantization"))
+        elif op in UNARY:
+            if any(c != "QuantizeLinear" for c in consumers.get(info.outputs[0], ["graph output"])):
+                passes.append((info.name, op, live[0].shape, "activation"))
+        else:
+            big = max([*live, *(y for y in outputs if y is not None)], key=lambda a: a.size)
+            passes.append((info.name, op, big.shape, op))
+    return passes
+
+
+def _computed(model, steps):
+    """(StepInfo, its inputs computed from the graph's inputs, its outputs) of the steps that have
+    such inputs, in run order: the others work on constants alone (folded at prepare)."""
+    computed = {i.name for i in model.graph.input} - {t.name for t in model.graph.initializer}
+    for info, inputs, outputs in steps:
+        live = [x for name, x in zip(info.inputs, inputs) if name in computed and x is not None]
+        if live:
+            computed.update(info.outputs)
+            yield info, live, outputs
+
+
+def _pass_fn(shape):
+    """The cheapest numpy pass over a float32 tensor of this shape: one in-place multiply."""
+    y = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    return lambda: np.multiply(y, np.float32(1.0), out=y)
+
+
+def best_depthwise(layers) -> tuple[list[Callable], list[str]]:
+    """Each depthwise layer's fastest floor variant (of FLOORS'), timed as the depthwise table times
+    them (_time_layers, DW_BLOCKS blocks of DW_CALLS calls): (the functions, their labels)."""
+    kinds: dict[str, list] = {}
+    for _, x, w, _, at in layers:
+        for make in FLOORS.values():
+            for label, f in make(x, w, at)[0].items():
+                kinds.setdefault(label, []).append(f)
+    med = _time_layers(kinds, DW_BLOCKS, DW_CALLS)
+    labels = [min(kinds, key=lambda k: med[k][i]) for i in range(len(layers))]
+    return [kinds[label][i] for i, label in enumerate(labels)], labels
+
+
+def whole_floor(app, steps) -> tuple[dict[str, Callable], list[tuple[str, str, Callable]]]:
+    """-> ({"products": ..., "depthwise": ..., "passes": ..., "whole": ...}, order): functions
+    running, in run order inside blas.during_run, one part of the whole-model floor (the products;
+    the depthwise Convs, each at its layer's fastest variant; the elementwise passes) or all of it;
+    order: (part, node name, function) of each piece, in run order."""
+    seen = _record(app, steps)
+    if len({info.name for info, _, _ in steps}) < len(steps):
+        raise SystemExit(f"{app.name}: nodes share a name; the whole floor pairs steps by name")
+    layers = _depthwise(app, seen)
+    dw_fns, _ = best_depthwise(layers) if layers else ([], [])
+    dw_by_name = {name: f for (name, *_), f in zip(layers, dw_fns)}
+    passes = {name: _pass_fn(shape) for name, _, shape, _ in elementwise_passes(app.model, steps)}
+    product = dict(zip([name for name, _, _ in seen], _product_fns(app, seen)))
+    order = []
+    for info, _, _ in steps:
+        if info.name in dw_by_name:
+            order.append(("depthwise", info.name, dw_by_name[info.name]))
+        elif product.get(info.name) is not None:
+            order.append(("products", info.name, product[info.name]))
+        if info.name in passes:
+            order.append(("passes", info.name, passes[info.name]))
+    parts = {"products": {"products"}, "depthwise": {"depthwise"}, "passes": {"passes"},
+             "whole": {"products", "depthwise", "passes"}}
+    return {label: _in_run([f for p, _, f in order if p in keep]) for label, keep in parts.items()}, order
+
+
+def _in_run(fns):
+    def run():
+        with blas.during_run():         # the products on the threads a run gives them (blas.py's policy)
+            for f in fns:
+                f()
+    return run
+
+
+def per_node(app, steps, order, ort_time: float) -> None:
+    """Print the whole floor node by node next to onnx_mini's profile (optimised, as it runs): each
+    product node with the nodes after it up to the next product (its requantization, activation,
+    pooling: what onnx_mini fuses into it), so that the two runtimes' rows cover the same nodes (a
+    node onnx_mini fused from several products, as bert's Q, K, V, counts in its first one's row);
+    then the sums per kind."""
+    group_of, groups, anchor = {}, {}, None       # written node -> its product node; product -> (op, shape)
+    dw = {name for name, *_ in _depthwise(app, _record(app, steps))}
+    for info, _, outputs in _computed(app.model, steps):
+        if info.op_type in PRODUCTS or anchor is None:
+            anchor = info.name
+            kind = "depthwise" if info.name in dw else info.op_type
+            groups[anchor] = (kind, "x".join(map(str, outputs[0].shape)))
+        group_of[info.name] = anchor
+    pieces: dict[str, list] = {g: [] for g in groups}
+    for _, name, f in order:
+        pieces[group_of[name]].append(f)
+    floor = _time_layers({"floor": [_in_run(fs) for fs in pieces.values()]}, DW_BLOCKS, DW_CALLS)["floor"]
+    prof = onnx_mini.profile(app.model, app.feeds, runs=DW_BLOCKS * DW_CALLS)
+    mini = dict.fromkeys(groups, 0.0)
+    other = 0.0
+    for n in prof.nodes:
+        if n.depth:
+            continue
+        g = next((group_of[w] for w in (n.fused_from or (n.name,)) if w in group_of), None)
+        if g is None:
+            other += n.self_per_run_s
+        else:
+            mini[g] += n.self_per_run_s
+    rows = [[g or f"(unnamed {kind})", kind, shape, core.fmt_time(t), f"{t / ort_time:.2f}x", core.fmt_time(mini[g]),
+             f"{mini[g] / max(t, 1e-9):.1f}x"] for (g, (kind, shape)), t in zip(groups.items(), floor)]
+    rows.append(["(nodes the optimiser added)", "", "", "", "", core.fmt_time(other), ""])
+    rows.append(["sum", "", "", core.fmt_time(sum(floor)), f"{sum(floor) / ort_time:.2f}x",
+                 core.fmt_time(sum(mini.values()) + other), f"{(sum(mini.values()) + other) / sum(floor):.1f}x"])
+    print(f"\n{app.name}: the whole floor per product node (with the nodes up to the next), against "
+          f"onnxruntime's whole run ({core.fmt_time(ort_time)}) and onnx_mini's profile")
+    _table(["node", "kind", "output", "floor", "floor / ort run", "onnx_mini (profiled)", "onnx_mini / floor"],
+           rows)
+    kinds: dict[str, list] = {}                 # kind -> [nodes, floor, onnx_mini]
+    for (g, (kind, _)), t in zip(groups.items(), floor):
+        k = kinds.setdefault(kind, [0, 0.0, 0.0])
+        k[0], k[1], k[2] = k[0] + 1, k[1] + t, k[2] + mini[g]
+    print("by kind (onnx_mini's rows in onnxruntime runs; the gap: onnx_mini - floor, where the room goes)")
+    _table(["kind", "nodes", "floor / ort run", "onnx_mini / ort run", "gap / ort run"],
+           [[kind, n, f"{t / ort_time:.2f}x", f"{m / ort_time:.2f}x", f"{(m - t) / ort_time:.2f}x"]
+            for kind, (n, t, m) in kinds.items()])
 
 
 def _build(name: str):
@@ -406,41 +601,61 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", action="append", default=[], metavar="NAME")
     p.add_argument("--depthwise-only", action="store_true", help="only the depthwise floor tables")
+    p.add_argument("--no-depthwise-tables", action="store_true", help="only the first two tables")
+    p.add_argument("--per-node", action="store_true", help="the whole floor node by node, next to onnx_mini's profile")
     args = p.parse_args(argv)
     if core.ort is None:
         print(f"onnxruntime is needed here ({core.ORT_IMPORT_ERROR})")
         return 1
     print(core.machine_info())
-    rows = []
+    rows, parts = [], []
     whole = {}              # model -> (onnxruntime's whole run, its products' floor): the depthwise tables' note
     for name in CASES:
         if args.depthwise_only or args.only and not any(o in name for o in args.only):
             continue
         app = _build(name)
-        seen = _record(app)
+        steps = _record_steps(app)
+        seen = _record(app, steps)
+        n_passes = len(elementwise_passes(app.model, steps))
+        floor_parts, order = whole_floor(app, steps)
         runners = {"onnx_mini": core.Runner("onnx_mini", app.model),
                    "onnxruntime": core.Runner("onnxruntime", app.model, intra_op_num_threads=2)}
         fns = {"onnx_mini": lambda r=runners["onnx_mini"]: app.run(r.call),
                "onnxruntime": lambda r=runners["onnxruntime"]: app.run(r.call),
-               "floor": floor_fn(app, seen)}
+               **floor_parts}
         per = {k: [] for k in fns}
         for blk in range(BLOCKS):
             for k in (fns if blk % 2 == 0 else list(fns)[::-1]):
                 per[k].append(statistics.median(time_block(fns[k], CALLS)))
         med = {k: statistics.median(v) for k, v in per.items()}
-        whole[name] = (med["onnxruntime"], med["floor"])
+        ort_t = med["onnxruntime"]
+        whole[name] = (ort_t, med["products"])
         ops = sorted({op for _, op, _ in seen})
-        rows.append([name, f"{len(seen)} ({', '.join(ops)})", core.fmt_time(med["onnx_mini"]),
-                     core.fmt_time(med["onnxruntime"]), core.fmt_time(med["floor"]),
-                     f"{med['floor'] / med['onnxruntime']:.2f}x", f"{med['onnx_mini'] / med['onnxruntime']:.2f}x"])
+        rows.append([name, f"{len(seen)} ({', '.join(ops)})", core.fmt_time(med["onnx_mini"]), core.fmt_time(ort_t),
+                     core.fmt_time(med["products"]), f"{med['products'] / ort_t:.2f}x",
+                     core.fmt_time(med["whole"]), f"{med['whole'] / ort_t:.2f}x", f"{med['onnx_mini'] / ort_t:.2f}x"])
+        n_dw = len(_depthwise(app, seen))
+        parts.append([name, f"{med['products'] / ort_t:.2f}x ({len(seen) - n_dw})",
+                      f"{med['depthwise'] / ort_t:.2f}x ({n_dw})" if n_dw else "-",
+                      f"{med['passes'] / ort_t:.2f}x ({n_passes})",
+                      f"{(med['products'] + med['depthwise'] + med['passes']) / ort_t:.2f}x",
+                      f"{med['whole'] / ort_t:.2f}x", f"{2 - med['whole'] / ort_t:.2f}x"])
+        if args.per_node:
+            per_node(app, steps, order, ort_t)
         print(f"{name}: done", flush=True)
     if rows:
-        head = ["model", "product nodes", "onnx_mini", "onnxruntime", "numpy floor", "floor / ort", "onnx_mini / ort"]
-        widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
-        for r in [head, ["-" * w for w in widths], *rows]:
-            print("| " + " | ".join(str(v).ljust(w) for v, w in zip(r, widths)) + " |")
-        print("floor: the products alone in float32 numpy (lower bound; see the module's docstring); "
+        _table(["model", "product nodes", "onnx_mini", "onnxruntime", "products floor", "/ ort", "whole floor",
+                "/ ort", "onnx_mini / ort"], rows)
+        print("products floor: the products alone in float32 numpy; whole floor: the products, every depthwise "
+              "Conv at its fastest numpy variant and the elementwise passes a numpy runtime cannot avoid, "
+              "in run order (see the module's docstring); "
               f"{BLOCKS} alternating blocks of {CALLS} calls after a {core.PAUSE} s pause, per-call medians")
+        print("\nThe whole floor's parts, each timed alone in run order, against onnxruntime's whole run "
+              "(in brackets: how many nodes or passes)")
+        _table(["model", "products", "depthwise Convs", "elementwise passes", "sum of parts", "whole floor",
+                "room under 2.0x (2 - whole floor)"], parts)
+    if args.no_depthwise_tables:
+        return 0
     for name in DW_CASES:
         if args.only and not any(o in name for o in args.only):
             continue

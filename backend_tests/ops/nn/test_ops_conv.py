@@ -547,6 +547,18 @@ def test_conv_depthwise_einsum_weights_cached_per_constant_w(monkeypatch):
     assert_same(run(x, w), conv_expected(x, w, **attrs).astype(np.float32))
 
 
+def _bench_floors(monkeypatch):
+    """benchmarks/bench_floors.py as a module."""
+    # the benchmarks default ONNX_MINI_MALLOC to "tuned" on import: not for this process's later tests
+    monkeypatch.setenv("ONNX_MINI_MALLOC", os.environ.get("ONNX_MINI_MALLOC", "recycle"))
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import bench_floors
+    finally:
+        sys.path.pop(0)
+    return bench_floors
+
+
 @pytest.mark.parametrize("xs,strides,dil,pads", [((1, 3, 9, 11), [1, 1], [1, 1], [1, 1, 1, 1]),
                                                   ((2, 4, 10, 8), [2, 2], [1, 1], [1, 1, 1, 1]),
                                                   ((1, 5, 9, 7), [2, 2], [1, 1], [1, 1, 1, 1]),
@@ -556,13 +568,7 @@ def test_bench_floors_depthwise_floors_compute_the_conv(monkeypatch, xs, strides
     """benchmarks/bench_floors.py's depthwise floors time the convolution itself: every variant of each
     floor (taps on stride phases, im2col columns, the channels-last einsum), run after its output was
     set to NaN, leaves Y equal to the direct sum (a floor computing less would prove nothing)."""
-    # the benchmarks default ONNX_MINI_MALLOC to "tuned" on import: not for this process's later tests
-    monkeypatch.setenv("ONNX_MINI_MALLOC", os.environ.get("ONNX_MINI_MALLOC", "recycle"))
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        import bench_floors
-    finally:
-        sys.path.pop(0)
+    bench_floors = _bench_floors(monkeypatch)
     c = xs[1]
     rng = np.random.default_rng(7)
     x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal((c, 1, 3, 3)).astype(np.float32)
@@ -1696,3 +1702,53 @@ def test_conv_depthwise_flat_stride_2_bit_for_bit(monkeypatch, dtype, xs, pads):
     attrs = dict(group=xs[1], strides=[2, 2], pads=pads)
     expected = conv_expected(x.astype(np.float64), w.astype(np.float64), **attrs).astype(dtype)
     assert_same(run_depthwise("flat", [x, w], **attrs_of(**attrs)), expected)
+
+
+def test_bench_floors_whole_floor_counts_the_passes_numpy_cannot_avoid(monkeypatch):
+    """bench_floors' whole floor, on a small model mixing QDQ and QLinearConv: one pass per
+    QuantizeLinear on a computed tensor (the one after HardSwish standing for its lookup, so HardSwish
+    has none), one for QLinearConv's own requantization, one for a Relu feeding an Add, the Add and
+    the pooling; none for DequantizeLinear, for a Mul by a constant, nor for the weights' own
+    DequantizeLinear (constants); the pieces in run order: the Conv as a product, the depthwise
+    QLinearConv as a depthwise floor."""
+    import types
+    bench_floors = _bench_floors(monkeypatch)
+    monkeypatch.setattr(bench_floors, "DW_BLOCKS", 1)
+    monkeypatch.setattr(bench_floors, "DW_CALLS", 1)
+    monkeypatch.setattr(bench_floors.core, "PAUSE", 0)
+    u8 = lambda name, v: numpy_helper.from_array(np.array(v, np.uint8), name)      # noqa: E731
+    f32 = lambda name, v: numpy_helper.from_array(np.array(v, np.float32), name)    # noqa: E731
+    rng = np.random.default_rng(3)
+    inits = [f32("s", 0.05), u8("z", 128), u8("w1", rng.integers(0, 255, (3, 2, 1, 1))), f32("ws", 0.01),
+             u8("w2", rng.integers(0, 255, (3, 1, 3, 3))), f32("half", 0.5)]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], name="q_x"),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"], name="dq_x"),
+             helper.make_node("DequantizeLinear", ["w1", "ws", "z"], ["w1d"], name="dq_w1"),
+             helper.make_node("Conv", ["xd", "w1d"], ["c1"], name="conv1"),
+             helper.make_node("QuantizeLinear", ["c1", "s", "z"], ["c1q"], name="q_c1"),
+             helper.make_node("DequantizeLinear", ["c1q", "s", "z"], ["c1d"], name="dq_c1"),
+             helper.make_node("HardSwish", ["c1d"], ["h"], name="hswish"),
+             helper.make_node("QuantizeLinear", ["h", "s", "z"], ["hq"], name="q_h"),
+             helper.make_node("QLinearConv", ["hq", "s", "z", "w2", "ws", "z", "s", "z"], ["q2"], name="dw",
+                              group=3, pads=[1, 1, 1, 1]),
+             helper.make_node("DequantizeLinear", ["q2", "s", "z"], ["d2"], name="dq_2"),
+             helper.make_node("Mul", ["d2", "half"], ["m"], name="scale"),
+             helper.make_node("Relu", ["m"], ["r"], name="relu"),
+             helper.make_node("Add", ["r", "c1d"], ["a"], name="residual"),
+             helper.make_node("GlobalAveragePool", ["a"], ["g"], name="pool")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [1, 2, 5, 4])],
+                              [helper.make_tensor_value_info("g", 1, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    app = types.SimpleNamespace(name="small", model=model,
+                                feeds={"x": rng.standard_normal((1, 2, 5, 4)).astype(np.float32)})
+    steps = bench_floors._record_steps(app)
+    passes = bench_floors.elementwise_passes(model, steps)
+    assert [(name, shape) for name, _, shape, _ in passes] == [
+        ("q_x", (1, 2, 5, 4)), ("q_c1", (1, 3, 5, 4)), ("q_h", (1, 3, 5, 4)), ("dw", (1, 3, 5, 4)),
+        ("relu", (1, 3, 5, 4)), ("residual", (1, 3, 5, 4)), ("pool", (1, 3, 5, 4))]
+    parts, order = bench_floors.whole_floor(app, steps)
+    assert [(part, name) for part, name, _ in order] == [
+        ("passes", "q_x"), ("products", "conv1"), ("passes", "q_c1"), ("passes", "q_h"), ("depthwise", "dw"),
+        ("passes", "dw"), ("passes", "relu"), ("passes", "residual"), ("passes", "pool")]
+    for run in parts.values():
+        run()
