@@ -13,8 +13,12 @@ ChannelAffine: inference BatchNormalization with its factor and shift computed a
 Swish, Gelu, LayerNormalization: the standard kernels, for models whose opset predates the op.
 Attention: softmax(Q K' / c + mask) V with the scores worked on in place.
 ConvNHWC, QLinearConvNHWC: Conv and QLinearConv on channels-last data (optimize/channels_last.py).
+Conv and ConvNHWC with `requantize`: the QuantizeDequantize / LookupTable step after them run in place
+in their epilogue (optimize/requantize.py).
 """
 from __future__ import annotations
+
+from operator import is_
 
 import numpy as np
 
@@ -176,11 +180,21 @@ def _with(fn, finish):
 
 @kernel("Conv", since=1, domain=FUSED_DOMAIN, multi_output=False, heavy=True)
 def fused_conv(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None,
-               activation="", activation_params=(), shuffle=0, shuffle_dims=(), _constants=None, _options=None):
+               activation="", activation_params=(), shuffle=0, shuffle_dims=(), requantize="", q_version=0,
+               dq_version=0, codes="uint8", _constants=None, _options=None):
     """Conv, plus a residual Z (an Add / Sum folded in: in place when it keeps the output's shape), then
     the activation in place; with shuffle = g, the channel shuffle Reshape (N, g, C/g, H, W) ->
     Transpose (0, 2, 1, 3, 4) -> Reshape `shuffle_dims` that followed (optimize/channel_shuffle.py).
-    Inputs X, W, B, Z: a constant W and B are prepared once (nn.conv.Convolution), B in shuffle order."""
+    Inputs X, W, B, Z: a constant W and B are prepared once (nn.conv.Convolution), B in shuffle order.
+    With requantize (QuantizeDequantize / LookupTable, with their attributes q_version, dq_version,
+    codes), that step of the output follows (optimize/requantize.py), its inputs after X, W, B, Z."""
+    if requantize:
+        if shuffle:
+            raise ValueError("a Conv writing a channel shuffle takes no requantization step")
+        return _requantized(fused_conv, requantize, q_version, dq_version, codes, _constants,
+                            dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape,
+                                 pads=pads, strides=strides, activation=activation,
+                                 activation_params=activation_params, _options=_options))
     constants = dict(_constants or {})
     b_const = b_shuffled = constants.get(2)
     if shuffle and b_const is not None:         # the shuffled product takes B in shuffle order
@@ -200,13 +214,14 @@ def fused_conv(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
     def activate(y, i0, i1):
         act(y)
 
-    def per_image(x, w, b=None, z=None):
+    def per_image(x, w, b=None, z=None, then=None):
         # float32/64 with the residual of the output's shape (or broadcasting along the images): the
-        # residual and activation go image by image inside the convolution, while cache-hot
+        # residual and activation go image by image inside the convolution, while cache-hot; then: a
+        # requantization in place after them (float32 x, W, Z: _requantized checked it)
         if (x.dtype not in _INPLACE or w.dtype != x.dtype or (z is not None and (z.dtype != x.dtype
                                                                                 or z.ndim != x.ndim))):
             return general(x, w, b, z)
-        if z is None and act is not None:       # the activation alone (no closure made per call)
+        if z is None and act is not None and then is None:     # the activation alone (no closure made per call)
             return convolution(x, w, b, epilogue=activate)
         whole = z is not None and z.shape[0] == x.shape[0]
 
@@ -219,10 +234,15 @@ def fused_conv(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
                 y += part
             if act is not None:
                 act(y)
+            if then is not None and y.size:
+                then(y)
         try:
             return convolution(x, w, b, epilogue=epilogue)
         except (_Elsewhere, ValueError):   # not broadcastable here: the general path says how
-            return general(x, w, b, z)
+            y = general(x, w, b, z)         # a fresh buffer of our own
+            if then is not None and y.size:
+                then(y)
+            return y
     per_image.algorithms = convolution.algorithms
     if not shuffle:
         return per_image
@@ -246,6 +266,36 @@ def fused_conv(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
                                     f"{split}: the sizes differ") from None
     shuffled.algorithms = convolution.algorithms
     return shuffled
+
+
+def _requantized(factory, step, q_version, dq_version, codes, constants, attrs):
+    """factory's Conv (inputs X, W, B, Z) followed by `step` (QuantizeDequantize or LookupTable, whose
+    inputs 1.. are the node's 4..). With float32 X and W and the step's constant parameters, the step
+    runs in place inside the Conv's epilogue, on each part the Conv finishes (ops/quantization.py's
+    `into`: the step's own operations, in the same order), else after it as its own kernel."""
+    constants = constants or {}
+    conv = factory(**attrs, _constants={i: v for i, v in constants.items() if i < 4})
+    own = {i - 3: v for i, v in constants.items() if i >= 4}
+    if step == "QuantizeDequantize":
+        req = fused_quantize_dequantize(q_version=q_version, dq_version=dq_version, _constants=own)
+        n = 2
+    elif step == "LookupTable":
+        req = fused_lookup_table(codes=codes, q_version=q_version, dq_version=dq_version, _constants=own)
+        n = 5
+    else:
+        raise ValueError(f"unknown requantization step {step!r}")
+    into = getattr(req, "into", None)
+    given = tuple(own.get(i) for i in range(1, n + 1))
+    f32 = np.dtype(np.float32)
+
+    def run(x, w, b=None, z=None, *params):
+        # (map(is_): 0.2 against 0.6 us for a generator over the five parameters)
+        if (into is None or x.dtype != f32 or w.dtype != f32 or (z is not None and z.dtype != f32)
+                or len(params) != n or not all(map(is_, params, given))):
+            return req(conv(x, w, b, z), *params)
+        return conv(x, w, b, z, into)
+    run.algorithms = conv.algorithms
+    return run
 
 
 def _shuffled_bias(b, g):
@@ -562,11 +612,18 @@ def fused_quantize_dequantize(*, q_version, dq_version, _constants=None):
 
 @kernel("ConvNHWC", since=1, domain=FUSED_DOMAIN, multi_output=False, heavy=True, rank="first")
 def fused_conv_nhwc(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None,
-                    activation="", activation_params=(), _constants=None, _options=None):
+                    activation="", activation_params=(), requantize="", q_version=0, dq_version=0, codes="uint8",
+                    _constants=None, _options=None):
     """Conv on channels-last data (optimize/channels_last.py): X (N, H, W, C) and Y (N, Ho, Wo, M),
     W and B as Conv has them (a constant W prepared once in its layout: nn/conv/channels_last.py),
     then a residual Z (channels-last, as Y) and the activation, in place, as the fused Conv does. A
-    forced conv_algorithm runs that NCHW algorithm on X transposed."""
+    forced conv_algorithm runs that NCHW algorithm on X transposed. requantize: as the fused Conv's
+    (a depthwise Conv requantizes each part's rows on that part's thread)."""
+    if requantize:
+        return _requantized(fused_conv_nhwc, requantize, q_version, dq_version, codes, _constants,
+                            dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape,
+                                 pads=pads, strides=strides, activation=activation,
+                                 activation_params=activation_params, _options=_options))
     conv = ConvNHWC(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
                     strides=strides, constants=_constants, algorithm=(_options or {}).get("conv_algorithm"))
     act = _activation(activation, activation_params) if activation else None
@@ -575,12 +632,27 @@ def fused_conv_nhwc(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=
     def activate(rows, i, j):
         act(rows)
 
-    def run(x, w, b=None, z=None):
+    finishers = {}      # then -> the epilogue applying the activation, then `then` (made once)
+
+    def _rows_finisher(then):
+        def finish_rows(rows, i, j):
+            if act is not None:
+                act(rows)
+            if rows.size:
+                then(rows)
+        if not finishers:
+            finishers[then] = finish_rows
+        return finish_rows
+
+    def run(x, w, b=None, z=None, then=None):
         # float32/64: the residual and activation inside the convolution (a depthwise one applies them
-        # to each part's rows right after its einsum, on that part's thread; the other paths whole)
+        # to each part's rows right after its einsum, on that part's thread; the other paths whole);
+        # then: a requantization in place after them (float32 x, W, Z: _requantized checked it)
         if x.dtype in _INPLACE and w.dtype == x.dtype:
-            if z is None:
+            if z is None and then is None:
                 return conv(x, w, b, epilogue=None if act is None else activate)
+            if z is None:
+                return conv(x, w, b, epilogue=finishers.get(then) or _rows_finisher(then))
             if z.dtype == x.dtype and z.shape == conv.output_shape(x, w):
                 zr = z.reshape(-1, z.shape[-1])
 
@@ -588,6 +660,8 @@ def fused_conv_nhwc(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=
                     rows += zr[i:j]
                     if act is not None:
                         act(rows)
+                    if then is not None and rows.size:
+                        then(rows)
                 return conv(x, w, b, epilogue=epilogue)
         y = conv(x, w, b)           # a fresh buffer of our own
         if z is not None:
@@ -597,6 +671,8 @@ def fused_conv_nhwc(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=
                 act(y)
             else:
                 y = finish(y, None)
+        if then is not None and y.size:
+            then(y)
         return y
     run.algorithms = conv.algorithms
     return run

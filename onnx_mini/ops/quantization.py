@@ -383,8 +383,10 @@ def quantize_dequantize(q_version: int, dq_version: int, constants=None):
     (see _round_saturate_into), is found by one max reduction (NaN propagates; ~14 us at 200k
     values against ~30 for np.isnan(...).any()) and set to 0 then. Five float passes over one
     buffer against the pair's seven over three: 109 against 152 us on [1, 16, 112, 112], 8.9
-    against 10.8 on [1, 96, 7, 7] (the kernels alone, alternating, under load). Folding the step
-    into the Conv before it (in place on its output) saves no pass and ~1 us of dispatch: not done."""
+    against 10.8 on [1, 96, 7, 7] (the kernels alone, alternating, under load). `run.into(y)` does
+    the same steps in place on a Conv's output (optimize/requantize.py): no pass saved, the step's
+    node, buffer and checks are (the QDQ MobileNet 0.96-0.97x a run, both BLAS modes, under load;
+    in chunks of 16-64 KB: slower, each chunk pays the ~10 calls again)."""
     quantize = _quantize_fn(q_version)
     dequantize = _dequantize_fn(dq_version)
 
@@ -401,10 +403,7 @@ def quantize_dequantize(q_version: int, dq_version: int, constants=None):
     lo, hi = lo - z, hi - z
     rounder = _ROUNDER[_F32][0]
 
-    def run_constant(x, scale_, zp_):
-        if scale_ is not scale or zp_ is not zp or x.dtype != _F32 or not x.size:
-            return run(x, scale_, zp_)
-        y = as_array(np.divide(x, s))     # a fresh buffer (0-d: numpy gives a scalar)
+    def finish(y):                      # y = x / s, a float32 buffer of our own
         _clip(y, lo, hi, out=y)
         top = np.maximum.reduce(y, axis=None)
         if top != top:                  # NaN somewhere (np.isnan on the scalar costs ~1 us more)
@@ -412,7 +411,19 @@ def quantize_dequantize(q_version: int, dq_version: int, constants=None):
         y += rounder
         y -= rounder
         y *= s
+
+    def run_constant(x, scale_, zp_):
+        if scale_ is not scale or zp_ is not zp or x.dtype != _F32 or not x.size:
+            return run(x, scale_, zp_)
+        y = as_array(np.divide(x, s))     # a fresh buffer (0-d: numpy gives a scalar)
+        finish(y)
         return y
+
+    def into(y):
+        """The same steps in place on a non-empty float32 buffer y (a Conv's output, ops/fused.py)."""
+        np.divide(y, s, out=y)
+        finish(y)
+    run_constant.into = into
     return run_constant
 
 
@@ -423,7 +434,12 @@ def quantized_lookup(lookup, q_version: int, dq_version: int, codes, constants=N
     QuantizeLinear(x, x_scale, x_zero_point), table), y_scale, y_zero_point), each end present when
     its version is nonzero (else x are the codes, of type `codes`; else the result is the looked-up
     codes). With the constant per-tensor parameters of a QDQ model (float32 scales, 8-bit zero
-    points) and float32 x it runs as one pass chain without the codes (_quantized_lookup_constant)."""
+    points) and float32 x it runs as one pass chain without the codes (_quantized_lookup_constant);
+    with both ends present, `run.into(y)` writes that chain's result into y (a Conv's output,
+    optimize/requantize.py). Other chains measured slower on [1, 16, 112, 112] under load: np.take
+    from a float32 table of the 256 results (out=, any mode: 215-380 us against ~205 for
+    bytes.translate, its float conversion and scaling), fancy indexing (490), an intp index copy
+    (+59), the low bytes copied through a stride-4 view (92 against 29 for the int32 cast)."""
     quantize = _quantize_fn(q_version) if q_version else None
     dequantize = _dequantize_fn(dq_version) if dq_version else None
 
@@ -443,6 +459,8 @@ def quantized_lookup(lookup, q_version: int, dq_version: int, codes, constants=N
                 a is not b for a, b in zip(params, given)):
             return run(x, *params)
         return compute(x)
+    if hasattr(compute, "into"):        # floats in and out: the steps in place (ops/fused.py's Conv epilogues)
+        run_constant.into = compute.into
     return run_constant
 
 
@@ -488,23 +506,33 @@ def _quantized_lookup_constant(quantize, dequantize, codes_in, constants):
     translation = codes.tobytes()
     rounder = _ROUNDER[_F32][0]
 
-    def compute(x):
-        if quantize is not None:
-            q = np.divide(x, xs)
-            _clip(q, lo, hi, out=q)
-            q += rounder
-            buf = bytearray(q.size)
-            np.copyto(np.frombuffer(buf, np.uint8).reshape(q.shape), q.view(np.int32), casting="unsafe")
-        else:
-            buf = bytearray(np.ascontiguousarray(x).data)
-        c = np.frombuffer(buf.translate(translation), out_type).reshape(x.shape)
-        if dequantize is None:
-            return c
-        y = c.astype(_F32)
+    def looked_up(q):
+        """The output codes of q = x / s (overwritten)."""
+        _clip(q, lo, hi, out=q)
+        q += rounder
+        buf = bytearray(q.size)
+        np.copyto(np.frombuffer(buf, np.uint8).reshape(q.shape), q.view(np.int32), casting="unsafe")
+        return np.frombuffer(buf.translate(translation), out_type).reshape(q.shape)
+
+    def dequantized(c, y):
+        """y[...] = (c - y's zero point) * y's scale (y: float32 of c's shape)."""
+        np.copyto(y, c, casting="unsafe")       # c.astype(float32): exact
         if subtract:
             y -= yz32
         y *= ys32
         return y
+
+    def compute(x):
+        if quantize is not None:
+            c = looked_up(np.divide(x, xs))
+        else:
+            c = np.frombuffer(bytearray(np.ascontiguousarray(x).data).translate(translation),
+                              out_type).reshape(x.shape)
+        return c if dequantize is None else dequantized(c, np.empty(x.shape, _F32))
+
+    def into(y):
+        """compute(y) written into y, a non-empty float32 buffer (a Conv's output, ops/fused.py)."""
+        dequantized(looked_up(np.divide(y, xs, out=y)), y)
 
     # the proof: every code, the ties either side of each, past both bounds, NaN, infinities, zeros
     if quantize is not None:
@@ -521,6 +549,12 @@ def _quantized_lookup_constant(quantize, dequantize, codes_in, constants):
     if got.dtype != want.dtype or not np.array_equal(got.view(np.uint8), want.view(np.uint8)):
         return None
     n = 5 if dequantize is not None else 3
+    if quantize is not None and dequantize is not None:
+        inplace = probe.copy()
+        with np.errstate(over="ignore", invalid="ignore"):
+            into(inplace)
+        if np.array_equal(inplace.view(np.uint8), want.view(np.uint8)):
+            compute.into = into
     return given[:n], x_type, compute
 
 

@@ -31,6 +31,8 @@ or captured by a subgraph, and keep results within the official tolerances:
   parameters becomes one QuantizeDequantize step (float32 in, float32 out, no codes);
 - channels_last.py: regions of 2-D Convs (one depthwise, two at least) joined by elementwise steps run
   channels-last (fused ConvNHWC), transposed once where values enter and leave the region;
+- requantize.py: a QuantizeDequantize / LookupTable (floats in and out) alone reading a Conv's or
+  ConvNHWC's output run in place in that Conv's epilogue, part by part;
 - dead_code.py: nodes and initializers nothing reads any more.
 
 The rewritten nodes use the private domain FUSED_DOMAIN (their kernels: ops/fused.py), which
@@ -53,13 +55,14 @@ from .patterns import fuse_patterns
 from .qdq_lut import fuse_qdq_lookup
 from .qdq_pair import fuse_qdq_pairs
 from .relu_concat import push_relu_into_concat
+from .requantize import fuse_requantize
 from .scan_hoist import hoist_scan_projections
 from .shapes import fold_static_shapes
 
 __all__ = ["FUSED_DOMAIN", "OptimizationWarning", "optimize_graph", "with_fused_domain", "PASSES"]
 
 PASSES = ("dead_code", "identities", "shapes", "patterns", "fold_batchnorm", "scan_hoist", "fuse", "qdq_lut", "qdq_pair",
-          "channels_last")
+          "channels_last", "requantize")
 
 
 def with_fused_domain(opsets: dict[str, int]) -> dict[str, int]:
@@ -113,6 +116,8 @@ def _optimize(graph, opsets, functions, outer_scope, static_inputs, passes) -> G
         fold_channel_shuffle(ctx)
     if "channels_last" in passes:  # after fuse and the qdq passes: it takes their fused steps as they are
         run_channels_last(ctx)
+    if "requantize" in passes:     # last: it takes the Convs the passes above made
+        fuse_requantize(ctx)
     if "dead_code" in passes:
         eliminate_dead_nodes(ctx)
     return ctx.graph_result()
