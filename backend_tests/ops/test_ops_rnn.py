@@ -586,6 +586,24 @@ def test_fast_form_types(op, attrs, column, tname, monkeypatch):
     check(op, 22, ins, direction="bidirectional", **attrs)
 
 
+@pytest.mark.parametrize("lead", [(), (2,)])
+@pytest.mark.parametrize("column", [False, True])
+def test_form_rows_and_vectors(column, lead):
+    """Form.rows picks a step's gate rows as the Ellipsis index it replaces; Form.vector repeats a [D, H]
+    vector to the state's shape as its own contiguous array (GRU's Rb of the h gate)."""
+    H, Bn = 3, 4
+    form = fast.Form(H, np.dtype(np.float32), column, lead)
+    xt = np.arange(np.prod(lead + (5 * H, Bn))).reshape(lead + ((5 * H, Bn) if column else (Bn, 5 * H)))
+    expected = xt[..., 2 * H:4 * H, :] if column else xt[..., 2 * H:4 * H]
+    np.testing.assert_array_equal(xt[form.rows(2 * H, 4 * H)], expected)
+    v = np.array([[1, 2, 3], [4, 5, 6]], np.float32)[:(lead or (1,))[0]]
+    got = form.vector(v, Bn)
+    per_d = [np.array([[1, 2, 3]] * Bn), np.array([[4, 5, 6]] * Bn)]
+    want = np.stack(per_d[:len(v)]) if lead else per_d[0]
+    np.testing.assert_array_equal(got, want.transpose(0, 2, 1) if column and lead else want.T if column else want)
+    assert got.flags.c_contiguous and not np.shares_memory(got, v)
+
+
 def test_fast_and_spec_forms_agree():
     """LSTM with all-zero peepholes takes the spec's form; without them, the tuned one: same values."""
     ins = make_inputs("LSTM", T=6, nb=3, I=4, H=7, nd=2, init=True, lens=[6, 3, 5], seed=61)

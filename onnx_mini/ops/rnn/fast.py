@@ -37,10 +37,19 @@ class Form(NamedTuple):
         H = self.H
         return a[..., k * H:end * H, :] if self.col else a[..., k * H:end * H]
 
-    def vector(self, v):
-        """A per-direction vector [D, H] broadcast against the state."""
+    def rows(self, a, b):
+        """The index of a projection step's rows a..b-1 (its gate axis), without an Ellipsis (a plain slice
+        indexes ~0.2 us faster: two per GRU step)."""
+        index = (slice(None),) * (len(self.lead) + (not self.col)) + (slice(a, b),)
+        return index[0] if len(index) == 1 else index
+
+    def vector(self, v, Bn):
+        """A per-direction vector [D, H] repeated to the state's shape, contiguous: a same-shape add costs
+        less than a broadcasting one (H=256 B=16 float32: 3.3-4.6 -> 1.0-1.5 us column form, where the
+        broadcast runs one inner loop per row of B; 2.0-2.3 -> 1.4 us row form)."""
         v = v if self.lead else v[0]
-        return v[..., None] if self.col else v[..., None, :]
+        v = v[..., None] if self.col else v[..., None, :]
+        return np.ascontiguousarray(np.broadcast_to(v, self.lead + ((self.H, Bn) if self.col else (Bn, self.H))))
 
     def product(self, pair, Bn):
         """(matmul, a, b) of the state product with one of driver.Weights.R's pairs: a @ h into out in column
@@ -55,16 +64,17 @@ class Form(NamedTuple):
 def rnn_step(w, form, Bn, clip):
     mm, R, RT = form.product(w.R[0], Bn)
     col = form.col
+    add, tanh = np.add, np.tanh          # closure cells (lstm_step)
 
     def step(xt, h, hout, c, cout):
         if col:
             mm(R, h, hout)
         else:
             mm(h, RT, hout)
-        np.add(hout, xt, hout)
+        add(hout, xt, hout)
         if clip is not None:
             clip_into(hout, clip)
-        np.tanh(hout, hout)
+        tanh(hout, hout)
     return step
 
 
@@ -84,37 +94,38 @@ def gru_step(w, form, Bn, clip, linear_before_reset):
         hh, rh = form.buffer(H, Bn), form.buffer(H, Bn)
         mm_h, R_h, RT_h = form.product(w.R[1], Bn)
     z, r = form.gates(zr, 0, 1), form.gates(zr, 1, 2)
-    x_zr, x_h = (np.s_[..., :2 * H, :], np.s_[..., 2 * H:, :]) if form.col else (np.s_[..., :2 * H], np.s_[..., 2 * H:])
-    rbh = None if w.rbh is None else form.vector(w.rbh)
+    x_zr, x_h = form.rows(0, 2 * H), form.rows(2 * H, 3 * H)
+    rbh = None if w.rbh is None else form.vector(w.rbh, Bn)
+    add, mul, sub, tanh = np.add, np.multiply, np.subtract, np.tanh     # closure cells (lstm_step)
 
     def step(xt, h, hout, c, cout):
         if col:
             mm(R, h, buf)
         else:
             mm(h, RT, buf)
-        np.add(zr, xt[x_zr], zr)
+        add(zr, xt[x_zr], zr)
         if clip is not None:
             clip_into(zr, clip_zr)
-        np.tanh(zr, zr)
-        np.multiply(zr, half, zr)
-        np.add(zr, half, zr)                 # z, r
+        tanh(zr, zr)
+        mul(zr, half, zr)
+        add(zr, half, zr)                    # z, r
         if linear_before_reset:
             if rbh is not None:
-                np.add(hh, rbh, hh)
-            np.multiply(hh, r, hh)
+                add(hh, rbh, hh)
+            mul(hh, r, hh)
         else:
-            np.multiply(r, h, rh)
+            mul(r, h, rh)
             if col:
                 mm_h(R_h, rh, hh)
             else:
                 mm_h(rh, RT_h, hh)
-        np.add(hh, xt[x_h], hh)
+        add(hh, xt[x_h], hh)
         if clip is not None:
             clip_into(hh, clip)
-        np.tanh(hh, hh)                      # ht
-        np.subtract(h, hh, hout)             # (1 - z) * ht + z * h = ht + z * (h - ht)
-        np.multiply(hout, z, hout)
-        np.add(hout, hh, hout)
+        tanh(hh, hh)                         # ht
+        sub(h, hh, hout)                     # (1 - z) * ht + z * h = ht + z * (h - ht)
+        mul(hout, z, hout)
+        add(hout, hh, hout)
     return step
 
 
@@ -126,6 +137,9 @@ def lstm_step(w, form, Bn, clip, input_forget=0):
     g, i, f, o, ifo = [form.gates(buf, k, end) for k, end in ((0, 1), (1, 2), (2, 3), (3, 4), (1, 4))]
     mm, R, RT = form.product(w.R[0], Bn)
     col = form.col
+    # the ufuncs as closure cells, not np.<name> looked up per call: a step of ~10 small calls ~0.1 us a
+    # call faster (whole kernel, T=200 B=1 H=64: LSTM 0.91x, GRU 0.91x; wake word's LSTM T=12 0.93x)
+    add, mul, tanh = np.add, np.multiply, np.tanh
     if clip is not None:
         clip_ifo = clip / 2
 
@@ -134,18 +148,18 @@ def lstm_step(w, form, Bn, clip, input_forget=0):
             mm(R, h, buf)
         else:
             mm(h, RT, buf)
-        np.add(buf, xt, buf)
+        add(buf, xt, buf)
         if clip is not None:
             clip_into(g, clip)
             clip_into(ifo, clip_ifo)
-        np.tanh(buf, buf)
-        np.multiply(ifo, half, ifo)
-        np.add(ifo, half, ifo)               # i, f, o
-        np.multiply(f, c, cout)
-        np.multiply(i, g, i)
-        np.add(cout, i, cout)                # c = f * c + i * g
-        np.tanh(cout, hout)
-        np.multiply(hout, o, hout)
+        tanh(buf, buf)
+        mul(ifo, half, ifo)
+        add(ifo, half, ifo)                  # i, f, o
+        mul(f, c, cout)
+        mul(i, g, i)
+        add(cout, i, cout)                   # c = f * c + i * g
+        tanh(cout, hout)
+        mul(hout, o, hout)
     return step
 
 
