@@ -189,6 +189,10 @@ def test_split_rows_takes_large_products_only():
     assert qm._split_rows(a[:, :100], bc, bound, scale, c, None) is None           # 100 * 256 * 256 < 2 * 4M
     assert qm._split_rows(a, bc, bound, scale.astype(np.float64), c, None) is None  # another scale type
     assert qm._split_rows(a.transpose(0, 2, 1)[..., :130], bc, bound, scale, c, None) is None    # not ours
+    wide = np.zeros((256, qm._MAX_B_BYTES // (4 * 256) + 1), F32)     # a B over 4 MiB: blas.matmul's blocks
+    assert qm._split_rows(a, wide, bound, scale, None, None) is None
+    if parallel.threads() >= 2:
+        assert qm._split_rows(a, wide[:, :-1], bound, scale, None, None) is not None
 
 
 def test_shared_blocks_runs_each_block_once():

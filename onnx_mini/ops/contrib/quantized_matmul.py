@@ -35,8 +35,8 @@ from .._common import as_array, broadcasts_to, normalize_axis, prepack, same_typ
 from ..fused import FUSED_DOMAIN
 from ..math.activations import gelu_20
 from ..math.elementwise import binary
-from ..math.matmul import (F32_EXACT, _int_product, _per_col, _weight_of, _zero_points, centered, int_matmul,
-                           int_operand, integer_range, matmul, to_int32)
+from ..math.matmul import (F32_EXACT, _int_product, _int_weight, _per_col, _weight_of, _zero_points, centered,
+                           int_matmul, int_operand, integer_range, matmul, to_int32)
 from ..math.normal_cdf import gelu_float32
 from ..quantization import dynamic_quantize_centred, dynamic_quantize_linear_11, quantize_array
 from ..rnn import lstm_14
@@ -537,12 +537,13 @@ def matmul_integer_scaled_1(*, centred=0, activation="", approximate="none", _co
     bias as Mul and Add compute them (IEEE products and sums commute), in place on that buffer.
     MatMulInteger's checks are the same (math.matmul's helpers).
     centred=1: A is DynamicQuantizeCentred's float32 A - a_zero_point already (a_zero_point, its uint8
-    zero point, still gives the bound on |A - a_zero_point|).
+    zero point, still gives the bound on |A - a_zero_point|); with a constant B, one float32 product where
+    its column sums prove it exact (`_centred_weight`), K split otherwise.
     activation="Gelu" (with Gelu's `approximate`): the Gelu that alone reads the result, applied last (the
     Gelu kernel's own float32 function, element by element, so the same bits).
     In blas's "split" mode a centred product large enough to split goes by row blocks over the pool, each
     thread taking its block's scale, bias and Gelu at once (`_split_rows`)."""
-    weight = _weight_of(_constants, 1, 3)
+    weight = _centred_weight(_constants) if centred else _weight_of(_constants, 1, 3)
     scales = binary(np.multiply)                 # the Mul kernel's own function
     act = _epilogue_activation(activation, approximate)
 
@@ -606,14 +607,20 @@ def _finish(block, scale, bias, act) -> None:
 # Row blocks of a product lose BLAS efficiency below ~64 rows ([128, 256] x [256, 1024] on one thread: 64 rows
 # at a time 1.05x the whole product's time, 32 rows 1.2x, 16 rows 1.4x; measured under load)
 _MIN_ROWS = 64
+# ... and lose to blas.matmul's column blocks once B is large: every row block's product reads all of B (two
+# threads: twice), a column block only its half. Alternating, medians, under load (two threads, float32 B):
+# [128, 768] x [768, 3072] + Gelu 1.07x blas.matmul's path, [128, 3072] x [3072, 768] 1.04-1.06x, [768, 768]
+# 1.02x, bert_dynint8's [1024, 256] 0.95x and [256, 1024] 1.0x (load ~5): rows while B is at most 4 MiB
+_MAX_B_BYTES = 4 << 20
 
 
 def _split_rows(a, bc, bound, scale, bias, act):
     """The centred product, scale, bias and activation of MatMulIntegerScaled by row blocks over the pool, each
     thread doing its block's every step (the epilogue while the rows are in its cache, and on two cores), or
     None when that does not apply: a product that blas.matmul would not split, K split for exactness, an A
-    not C-contiguous, or a scale / bias other than float32 of one value or one per column. Every sum is an
-    exact integer, so a block's product gives the very numbers of the whole one; the rest is elementwise.
+    not C-contiguous, a scale / bias other than float32 of one value or one per column, or a B over
+    _MAX_B_BYTES. Every sum is an exact integer, so a block's product gives the very numbers of the whole
+    one; the rest is elementwise.
     Measured with both cores busy with other processes (where "auto" picks split mode; alternating, medians):
     BERT's [128, 256] x [256, 1024] + Gelu 0.94-1.07x the whole path's time (blas's split product, then the
     epilogue on one thread), [128, 1024] x [1024, 256] 0.88-1.08x, [128, 256] x [256, 256] 0.91-0.97x:
@@ -626,7 +633,7 @@ def _split_rows(a, bc, bound, scale, bias, act):
     m = a.size // k if k else 0
     if m * k * n < 2 * blas.MIN_PART_MACS:
         return None
-    if not (_per_column(scale, n) and _per_column(bias, n)):
+    if not (_per_column(scale, n) and _per_column(bias, n)) or bc.nbytes > _MAX_B_BYTES:
         return None
     a2 = a.reshape(m, k)
     y = np.empty((m, n), _F32)
@@ -668,17 +675,18 @@ def matmul_integer_scaled_group_1(*, centred=0, _n_outputs=1, _constants=None):
         ra = None if joined is None else _codes_range(a, a_zero_point, centred, joined[0].shape[0])
         if ra is None:
             return each(a, a_zero_point, rest)
-        bc, rbs, edges = joined
+        bc, rbs, edges, sums = joined
         k = a.shape[-1]
         ac = a if centred else centered(a, None if a_zero_point is None else a_zero_point.reshape(()))
-        acc = int_matmul(ac, bc, ra * max(rbs), "MatMulInteger")
+        exact = ra * sums <= F32_EXACT           # one float32 product, every sum within 2^24
+        acc = int_matmul(ac, bc, 0 if exact else ra * max(rbs), "MatMulInteger")
         outs = []
         for f, rb, c0, c1 in zip(firsts, rbs, edges, edges[1:]):
             scale, scale2, bias = rest[f:f + 3]
             if scale2 is not None:
                 scale = scales(scale, scale2)
             block = acc[..., c0:c1]
-            if k * ra * rb >= 1 << 31:
+            if not exact and k * ra * rb >= 1 << 31:
                 y = _elementwise(np.multiply, to_int32(block, k, ra * rb).astype(_F32), scale, "Mul")
             elif block.dtype != _F32:
                 y = _elementwise(np.multiply, block.astype(_F32), scale, "Mul")
@@ -689,10 +697,36 @@ def matmul_integer_scaled_group_1(*, centred=0, _n_outputs=1, _constants=None):
     return run
 
 
+def _column_sums(bc: np.ndarray) -> int:
+    """The largest sum of |B - b_zero_point| over a column of B (B - b_zero_point: float32 [..., K, N] of
+    integers, or [K]): with |A - a_zero_point| <= ra, every partial sum of a product's column is at most ra
+    times it, so one float32 product is exact while that stays within 2^24. Tighter than K * ra * rb, which
+    splits K from 1028 terms for 8-bit operands (BERT-base's 768 and 3072 with int8 weights up to 127: two
+    and six products, a float64 sum and its conversion, where weights of a usual spread allow one). One
+    thread, [128, 3072] x [3072, 768] after a Gelu (a_zero_point 4) 6 products -> 1: 9.9 -> 8.9 ms CPU
+    time, [768, 768] (a_zero_point 0) 2 -> 1: 2.47 -> 2.27 ms (interleaved calls, medians, under load)."""
+    if bc.size == 0:
+        return 0
+    return int(np.abs(bc, dtype=np.float64).sum(axis=-2 if bc.ndim >= 2 else 0).max())
+
+
+def _centred_weight(constants):
+    """get(b, b_zero_point) -> (B - b_zero_point as float32, its measured bound, `_column_sums`) of a constant
+    B, made once at prepare (math.matmul's _int_weight, with its checks), or None when B is fed."""
+    if 1 not in (constants or {}):
+        return None
+
+    def make(b, zp):
+        bc, rb = _int_weight(b, zp, "b_zero_point")
+        return bc, rb, _column_sums(bc)
+    return prepack(make, constants, (1, 3))
+
+
 def _joined_weights(constants, firsts):
     """(the constant Bs less their zero points side by side as float32 [K, sum N], each one's measured
-    bound, the column edges), or None when some B or b_zero_point is fed, or not one a 2-D int8/uint8 B
-    with a valid zero point of its type takes (the steps' own kernels then raise as written)."""
+    bound, the column edges, their `_column_sums`), or None when some B or b_zero_point is fed, or not one
+    a 2-D int8/uint8 B with a valid zero point of its type takes (the steps' own kernels then raise as
+    written)."""
     blocks, bounds = [], []
     for f in firsts:
         b, zp = constants.get(f), constants.get(f + 1)
@@ -707,7 +741,7 @@ def _joined_weights(constants, firsts):
         bounds.append(rb)
     joined = np.ascontiguousarray(np.concatenate(blocks, axis=1))
     joined.setflags(write=False)
-    return joined, bounds, np.cumsum([0] + [x.shape[1] for x in blocks]).tolist()
+    return joined, bounds, np.cumsum([0] + [x.shape[1] for x in blocks]).tolist(), _column_sums(joined)
 
 
 def _codes_range(a, a_zero_point, centred, k):
@@ -729,8 +763,9 @@ def _centred_codes(a, a_zero_point) -> bool:
 
 
 def _centred_operands(a, b, a_zero_point, b_zero_point, weight):
-    """(B - b_zero_point, the bound of each term) for a product of A given as float32 codes less their uint8
-    scalar zero point (a_zero_point), with _int_product's checks."""
+    """(B - b_zero_point, the bound of each term, or 0 when B's column sums prove one float32 product exact)
+    for a product of A given as float32 codes less their uint8 scalar zero point (a_zero_point), with
+    _int_product's checks. weight: `_centred_weight`'s get, or None (B fed: the bound from its type)."""
     if not _centred_codes(a, a_zero_point):
         raise InvalidValueError("centred A must be float32 codes with their uint8 scalar zero point")
     if b.dtype.kind not in "iu" or b.dtype.itemsize != 1:
@@ -738,8 +773,12 @@ def _centred_operands(a, b, a_zero_point, b_zero_point, weight):
     b_zp = None if b_zero_point is None else _per_col(b_zero_point, b, "b_zero_point")
     if b_zp is not None and b_zp.dtype != b.dtype:
         raise InvalidValueError("a zero point must have the type of its operand")
-    bc, rb = weight(b, b_zero_point) if weight is not None else int_operand(b, b_zp)
-    return bc, integer_range(_U8, a_zero_point) * rb
+    ra = integer_range(_U8, a_zero_point)
+    if weight is None:
+        bc, rb = int_operand(b, b_zp)
+        return bc, ra * rb
+    bc, rb, sums = weight(b, b_zero_point)
+    return bc, (0 if ra * sums <= F32_EXACT else ra * rb)
 
 
 @kernel("DynamicQuantizeCentred", since=1, domain=FUSED_DOMAIN, multi_output=True)
