@@ -4,7 +4,8 @@ no transposes between its layers; the kernel is ops/fused.py's ConvNHWC).
 
 The sums are the Conv's (the spec's: spec.py); only their order changes. Per input shape one plan:
 - pointwise (1x1, stride 1, no padding, group 1): Y = X[N*H*W, C] @ W^T[C, M], no copy at all;
-- depthwise (group = C = M): a zero-padded channels-last copy and one einsum over its windows against
+- depthwise (group = C = M): a zero-padded channels-last copy (a large one written by the parts that
+  read it, no zero pass: _read_rows) and one einsum over its windows against
   the taps [kh, kw, C]; at stride 1 along the width a window row is one contiguous run of Wo*C values,
   summed against the taps tiled Wo times (one long inner loop per row, as depthwise_channels_last.py);
   strided along the width, narrow outputs sum the 6-d windows directly, wide ones read the padded
@@ -111,10 +112,13 @@ class ConvNHWC:
         need = [read_extent(o, s, k, 1) for o, s, k in zip(out, strides, (kh, kw))]
         dst, src = read_region((h, wd), begin, need)
         phases = _column_phases(wd, begin[1], strides[1], kw, out[1]) if kind == "depthwise" else None
+        phased = kind == "depthwise" and strides[1] > 1 and out[1] > DW_WINDOWS_MAX_WIDTH
+        pieces = None
+        if kind == "depthwise":
+            pieces = _row_pieces(phases, strides[1]) if phased else _row_pieces(None, 1, need[1], dst[1], src[1])
         if len(self.algorithms) < thresholds.LAYOUTS:
-            phased = kind == "depthwise" and strides[1] > 1 and out[1] > DW_WINDOWS_MAX_WIDTH
             self.algorithms[tuple(xs)] = f"nhwc-{kind}" + ("-phases" if phased else "")
-        return kind, strides, out, need, dst, src, phases
+        return kind, strides, out, need, dst, src, phases, pieces
 
     def output_shape(self, x, w):
         """Y's shape for these inputs when the channels-last algorithms run (None: the NCHW path)."""
@@ -132,7 +136,7 @@ class ConvNHWC:
         plan = self.plan((x.shape, w.shape))
         if plan is None:
             return _finished(self._nchw(x, w, b), epilogue)
-        kind, strides, out, need, dst, src, _ = plan
+        kind, strides, out, need, dst, src, _, pieces = plan
         n, c, m = x.shape[0], x.shape[3], w.shape[0]
         if kind == "pointwise":
             # by row blocks of 256 KB-1 MB each finished in cache: slower (each product pays its own
@@ -140,11 +144,10 @@ class ConvNHWC:
             y = blas.matmul(x.reshape(-1, c), self.weights(w)).reshape(n, *out, m)
         elif kind == "depthwise" and strides[1] > 1 and out[1] > DW_WINDOWS_MAX_WIDTH:
             return self._depthwise_phased(x, w, b, strides, out, plan, epilogue)
+        elif kind == "depthwise":
+            return self._depthwise(x, w, b, strides, out, plan, epilogue)
         else:
-            xp = self._padded(x, need, dst, src)
-            if kind == "depthwise":
-                return self._depthwise(xp, w, b, strides, out, epilogue)
-            y = self._im2col(xp, w, strides, out)
+            y = self._im2col(self._padded(x, need, dst, src), w, strides, out)
         if b is not None:
             rows = y.reshape(-1, out[1] * m)
             rows += self.along_row(b, out[1])
@@ -206,11 +209,18 @@ class ConvNHWC:
         y = blas.matmul(cols.reshape(-1, kh * kw * c), self.weights(w))
         return y.reshape(n, *out, w.shape[0])
 
-    def _depthwise(self, xp, w, b, strides, out, epilogue):
-        n, c = xp.shape[0], xp.shape[3]
+    def _depthwise(self, x, w, b, strides, out, plan, epilogue):
+        """Y by row parts, each an einsum then B and the epilogue on its rows; a large padded input is
+        written part by part too, each part's rows right before its einsum, on its thread (_read_rows)."""
+        n, c = x.shape[0], x.shape[3]
         kh, kw = w.shape[2:]
         oh, ow = out
+        _, _, _, need, dst, src, _, pieces = plan
         taps = self.weights(w)
+        by_rows = _by_rows(x, need, c) and not (
+            list(x.shape[1:3]) == need and all(d.start == 0 for d in dst) and x.flags.c_contiguous)
+        # by rows: every element the windows read is written by _read_rows
+        xp = np.empty((n, *need, c), x.dtype) if by_rows else self._padded(x, need, dst, src)
         s0, s1, s2, s3 = xp.strides
         y = np.empty((n, oh, ow, c), xp.dtype)
         if strides[1] == 1:     # a window row: Wo*C contiguous values against the taps tiled Wo times
@@ -222,6 +232,8 @@ class ConvNHWC:
             wt, rows, subscripts = taps, y, "nhwabc,abc->nhwc"
 
         def part(r0, r1):
+            if by_rows:
+                _read_rows(xp, x, dst[0], src[0], r0 * strides[0], (r1 - 1) * strides[0] + kh, pieces)
             np.einsum(subscripts, windows[:, r0:r1], wt, out=rows[:, r0:r1])
             self._finish_rows(y, b, epilogue, r0, r1)
         macs = n * ow * c * kh * kw
@@ -241,10 +253,14 @@ class ConvNHWC:
         kh, kw = w.shape[2:]
         oh, ow = out
         sh, sw = strides
-        _, _, _, need, dst, src, (cols, regions) = plan
-        xp = np.zeros((n, need[0], sw, cols, c), x.dtype)
-        for p, (lo, hi), cs in regions:
-            xp[:, dst[0], p, lo:hi] = x[:, src[0], cs]
+        _, _, _, need, dst, src, (cols, regions), pieces = plan
+        by_rows = _by_rows(x, need, c)
+        if by_rows:     # every element the windows read is written by _read_rows
+            xp = np.empty((n, need[0], sw, cols, c), x.dtype)
+        else:
+            xp = np.zeros((n, need[0], sw, cols, c), x.dtype)
+            for p, (lo, hi), cs in regions:
+                xp[:, dst[0], p, lo:hi] = x[:, src[0], cs]
         wt = self._tiled(self.weights(w), w, ow)          # (kh, kw, Wo*C)
         y = np.empty((n, oh, ow, c), x.dtype)
         rows = y.reshape(n, oh, ow * c)
@@ -255,6 +271,8 @@ class ConvNHWC:
                   for p in range(min(sw, kw))]
 
         def part(r0, r1):
+            if by_rows:
+                _read_rows(xp, x, dst[0], src[0], r0 * sh, (r1 - 1) * sh + kh, pieces)
             tmp = np.empty_like(rows[:, r0:r1]) if len(phases) > 1 else None
             for k, (view, taps) in enumerate(phases):
                 np.einsum("nhaqr,aqr->nhr", view[:, r0:r1], taps, out=tmp if k else rows[:, r0:r1])
@@ -283,6 +301,57 @@ def _finished(y, epilogue):
     if epilogue is not None and y.size:
         epilogue(y.reshape(-1, y.shape[-1]), 0, y.size // max(1, y.shape[-1]))
     return y
+
+
+def _row_pieces(phases, s, width=None, dst=None, src=None):
+    """[(index of a padded row's part after the row axis, X's columns there or None: zeros)] covering the
+    depthwise paths' padded row whole: (width, C) at stride 1 (X's columns src at dst), (s, columns, C) as
+    column phases (phases: _column_phases's)."""
+    if phases is None:
+        spans = [((), 0, width, dst.start, dst.stop, src)]
+    else:
+        cols, regions = phases
+        found = {p: (lo, hi, cs) for p, (lo, hi), cs in regions}
+        spans = [((p,), 0, cols, *found.get(p, (0, 0, None))) for p in range(s)]
+    pieces = []
+    for index, first, last, lo, hi, cs in spans:
+        if hi <= lo:
+            pieces.append(((*index, slice(first, last)), None))
+            continue
+        if lo > first:
+            pieces.append(((*index, slice(first, lo)), None))
+        pieces.append(((*index, slice(lo, hi)), cs))
+        if hi < last:
+            pieces.append(((*index, slice(hi, last)), None))
+    return pieces
+
+
+def _by_rows(x, need, c) -> bool:
+    """Whether a depthwise path pads its input part by part (_read_rows): a padded input this large."""
+    return x.shape[0] * need[0] * need[1] * c * x.itemsize >= thresholds.DW_READ_ROWS_MIN_BYTES
+
+
+def _read_rows(xp, x, dst, src, p0, p1, pieces):
+    """Padded rows p0:p1 (cut to xp's) of xp (N, rows, ..., C): X's rows where dst lays them (from its rows
+    src), zeros elsewhere, as _row_pieces lays a row out. The parts of one call each write the rows their
+    windows read: a row two parts read gets the same values twice (no part reads a row before writing it).
+    Instead of zeroing the whole buffer and copying X into it (one thread, alternating per call, under
+    load: the phases of 64x112x112 /2 202 -> 168 us, 128x56x56 /2 93 -> 79; 32x112x112 75 -> 61)."""
+    p1 = min(p1, xp.shape[1])
+    a, b = max(p0, dst.start), min(p1, dst.stop)
+    if a >= b:
+        xp[:, p0:p1] = 0
+        return
+    if p0 < a:
+        xp[:, p0:a] = 0
+    if b < p1:
+        xp[:, b:p1] = 0
+    rows, x_rows = slice(a, b), slice(src.start + a - dst.start, src.start + b - dst.start)
+    for index, cols in pieces:
+        if cols is None:
+            xp[(slice(None), rows, *index)] = 0
+        else:
+            xp[(slice(None), rows, *index)] = x[:, x_rows, cols]
 
 
 def _column_phases(size, begin, s, k, out):

@@ -42,6 +42,10 @@ ROWS_MAX_OUTPUTS = 4                     # 1-D, one image: im2col by rows (im2co
 STACKED_MAX_MACS = _blas.MIN_PART_MACS   # smaller groups: one stacked matmul (ResNeXt-like 331 -> 278 us)
 DW_BLOCK_BYTES = 8 << 20                 # depthwise scratch per block (1-8 MB alike; bounds memory)
 DW_MIN_PART_MACS = 700_000               # a thread per part of this many MACs (64x112x112 /2 splits)
+DW_READ_ROWS_MIN_BYTES = 768 << 10       # ConvNHWC depthwise: each part pads its own rows from this padded size (one
+                                         # thread, alternating per call, loaded: 256x28x28 /2 (890 KB) 45 -> 38 us,
+                                         # 32x112x112 75 -> 61; below, its few more copies lost: 512x14x14 (524 KB)
+                                         # 27 -> 31, 1024x7x7 16 -> 23)
 TRANSPOSE_MIN_PIXELS = 576               # blocked transposes / column phases from 24x24 on (20x20 lost)
 TRANSPOSE_BLOCK_PIXELS = 196             # back to NCHW in blocks of this many pixels (136x28x28 66 -> 38 us)
 TRANSPOSE_CHANNELS = 64                  # to channels-last this many channels at a time (112x56x56 174 -> 130 us)
