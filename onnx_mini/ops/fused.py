@@ -25,7 +25,7 @@ import numpy as np
 from .. import blas
 from ..errors import InvalidValueError
 from ..registry import kernel
-from ._common import UPCAST, broadcasts_to, prepack, with_scalar
+from ._common import UPCAST, broadcasts_to, fp_errors_ignored, prepack, scalar_array, with_scalar
 from .math.activations import gelu_20, swish_24
 from .math.matmul import gemm_11, matmul, matmul_1
 from .math.softmax import SOFTMAX_VIA_F32, along_axis, softmax
@@ -97,25 +97,40 @@ def _activation(name: str, params):
 
 
 def _sigmoid_inplace(y):
+    if y.size == 1:     # (a [1, 64] x [64, 1] Gemm's output)
+        _sigmoid_one(y)
+        return
     np.negative(y, out=y)
     _sigmoid_of_negated(y)
 
 
+# exp(t) is inf for t > 88.7 (float32): 1 / (1 + inf) = 0, without a warning. The ignored overflow is
+# the one per-call cost kept (fp_errors_ignored: ~0.4 us, np.errstate's decorator ~1.4): the
+# warning-free forms measured slower on 64 values (the Sigmoid kernel's exp(-|y|) form and its masks:
+# 5.2 against 3.8 us) or change results (t clamped to 88.7: 3e-39 instead of 0 for y below -88.7;
+# 0.5 + 0.5 tanh(y / 2): the tail). The 1 as a 0-d array of t's type: the same sum, ~0.6 us less a
+# call than a Python 1 ([1, 64]: the whole activation 4.4 -> 3.3 us, measured under load).
+@fp_errors_ignored(over="ignore")
 def _sigmoid_of_negated(t):
-    """t = -y becomes sigmoid(y) = 1 / (1 + exp(t)), in place."""
-    _exp_in_place(t)
-    t += 1
+    """t = -y becomes sigmoid(y) = 1 / (1 + exp(t)), in place (t float32 or float64)."""
+    np.exp(t, out=t)
+    np.add(t, _ONE[t.dtype], out=t)
     np.reciprocal(t, out=t)
 
 
-# exp(t) is inf for t > 88.7 (float32): 1 / (1 + inf) = 0, without a warning. errstate is the one
-# per-call cost kept, as a decorator (~0.5 us a call here; a `with` block: ~1.1): the warning-free
-# forms measured slower on 64 values (the Sigmoid kernel's exp(-|y|) form and its masks: 5.2 against
-# 3.8 us) or change results (t clamped to 88.7: 3e-39 instead of 0 for y below -88.7; 0.5 + 0.5
-# tanh(y / 2): the tail)
-@np.errstate(over="ignore")
-def _exp_in_place(t):
-    np.exp(t, out=t)
+_ONE = {dt: scalar_array(dt, 1) for dt in _INPLACE}
+
+
+# numpy's in-place ufunc on a one-element array costs ~0.9 us more than writing another array (its
+# overlap handling; [1, 1] float32 np.negative: 1.75 against 0.83 us, [1, 2]: no difference): one element
+# goes back and forth between y and a scratch element, the same operations (whole activation ~8.5 ->
+# ~4.4 us, measured under load)
+@fp_errors_ignored(over="ignore")
+def _sigmoid_one(y):
+    t = np.negative(y)
+    np.exp(t, out=y)
+    np.add(y, _ONE[y.dtype], out=t)
+    np.reciprocal(t, out=y)
 
 
 def _finisher(activation: str, params):
@@ -323,26 +338,14 @@ def _add_into(y, z, inputs):
 @kernel("Gemm", since=1, domain=FUSED_DOMAIN, multi_output=False, heavy=True)
 def fused_gemm(*, alpha=1.0, beta=1.0, transA=0, transB=0, activation="", activation_params=(), _constants=None):
     """Gemm (opset 7+ semantics), then the activation in place."""
-    gemm = gemm_11(alpha=alpha, beta=beta, transA=transA, transB=transB)
+    gemm = gemm_11(alpha=alpha, beta=beta, transA=transA, transB=transB, _constants=_constants)
     finish = _finisher(activation, activation_params)
     act = _activation(activation, activation_params) if activation else None
-    c_const = (_constants or {}).get(2)
-    # a constant 1-D C as a row: the same sums, without numpy's broadcasting set-up (as fused MatMul's
-    # bias: [1, 256] + [256] ~1 us a call here, + [1, 256] ~0.5)
-    row = c_const.reshape(1, -1) if c_const is not None and c_const.ndim == 1 else None
-
-    def product(a, b, c):
-        if c is c_const and row is not None:
-            try:
-                return gemm(a, b, row)
-            except InvalidValueError:
-                pass                    # Gemm's error again, naming C as given
-        return gemm(a, b, c)
     if finish is None:
-        return gemm if row is None else lambda a, b, c=None: product(a, b, c)
+        return gemm
 
     def run(a, b, c=None):
-        y = product(a, b, c)           # Gemm's result is always a fresh buffer of its own
+        y = gemm(a, b, c)              # Gemm's result is always a fresh buffer of its own
         if y.dtype in _INPLACE:
             act(y)
             return y
@@ -511,9 +514,9 @@ def _attention_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return matmul(a, b, "Attention")
 
 
-# errstate as a decorator: ~0.5 us a call here, against ~1.1 for a `with` block (its object made and
-# entered); thread-safe alike (the state is a context variable set per call).
-@np.errstate(over="ignore", invalid="ignore")     # an overflow takes the shifted path
+# fp_errors_ignored: np.errstate's state (a per-thread context variable) at ~0.4 us a call, against
+# ~1.4 for its decorator and ~1.1 for a `with` block.
+@fp_errors_ignored(over="ignore", invalid="ignore")     # an overflow takes the shifted path
 def _exp_sum_product(scores: np.ndarray, v: np.ndarray, product):
     """exp(scores) in place, -> (its row sums, its product with v)."""
     np.exp(scores, out=scores)

@@ -11,7 +11,8 @@ import numpy as np
 
 from ...errors import InvalidValueError, OnnxMiniError
 from ...registry import kernel
-from .._common import UPCAST, as_array, check_shape, legacy_broadcast, same_type, upcast, with_scalar
+from .._common import (UPCAST, as_array, check_shape, fp_errors_ignored, legacy_broadcast, same_type, upcast,
+                       with_scalar)
 
 
 def _not_broadcastable(error: ValueError, a, b):
@@ -178,12 +179,17 @@ def _power(x, y):
             # float exponent: compute in float64, convert back truncating toward zero (C cast)
             with np.errstate(all="ignore"):
                 return as_array(np.power(x.astype(np.float64), upcast(y))).astype(dt)
-        with np.errstate(all="ignore"):
-            if dt == y.dtype and dt not in UPCAST:
-                return as_array(np.power(x, y))
-            return as_array(np.power(upcast(x), upcast(y))).astype(dt, copy=False)
+        return _float_power(x, y, dt)
     except ValueError as e:        # only on the failure path
         raise _not_broadcastable(e, x, y) from None
+
+
+# (fp_errors_ignored: a [1, 64] float32 Pow 3.3 -> 2.4 us a call, np.power alone 0.9; under load)
+@fp_errors_ignored(all="ignore")
+def _float_power(x, y, dt):
+    if dt == y.dtype and dt not in UPCAST:
+        return as_array(np.power(x, y))
+    return as_array(np.power(upcast(x), upcast(y))).astype(dt, copy=False)
 
 
 @kernel("Pow", since=1)
