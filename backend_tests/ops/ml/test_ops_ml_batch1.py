@@ -152,3 +152,35 @@ def test_linear_classifier_one_row_adds_the_intercepts_in_the_compute_type(dtype
             else:               # a NaN or infinite score: numpy's path, the batch's bits
                 np.testing.assert_array_equal(probs[0], batch[i])
                 assert label.tolist() == [batch_labels[i]]
+
+
+@pytest.mark.parametrize("features", [1, 2, 3, 5, 7, 8, 9])
+def test_normalizer_l1_one_float32_row_is_numpys_float32_quotient(features):
+    # A float32 row of at most 7 values sums its L1 norm on Python floats, rounded to float32 after
+    # each add: the same bits as numpy's float32 sum of the row and quotient (the batch's row and the
+    # spec's formula in float32), over values spread across float32's range, subnormals included.
+    import onnx_mini
+    from helpers import one_node_model
+
+    rng = np.random.default_rng(features)
+    rows = (rng.standard_normal((400, features)) * np.exp2(rng.integers(-140, 120, (400, features)))).astype(np.float32)
+    rows[0] = 0.0                               # a zero divisor leaves the row as it is
+    rows[1] = -0.0
+    rows[2, 0] = np.nan
+    rows[3, -1] = np.inf
+    rows[4, 0] = np.float32(3e38)               # the float32 sum overflows to inf (not so in float64)
+    rows[4, -1] = np.float32(-3e38)
+    model, _ = one_node_model("Normalizer", [rows[:1]], domain=ML, norm="L1")
+    session = onnx_mini.prepare(model)
+    with np.errstate(invalid="ignore", over="ignore"):
+        batch = session.run([rows])[0]
+        for i, row in enumerate(rows):
+            total = np.abs(row).sum(dtype=np.float32)
+            expected = row / total if total != 0 else row
+            for shape in ((1, features), (features,)):
+                alone = session.run([row.reshape(shape)])[0]
+                assert alone.dtype == np.float32 and alone.shape == shape
+                assert alone.reshape(-1).tobytes() == expected.tobytes(), (i, row, alone, expected)
+                assert alone.reshape(-1).tobytes() == batch[i].tobytes()
+        strided = rows[5:6, ::-1]                   # a non-contiguous row: the same values
+        assert session.run([strided])[0].tobytes() == session.run([strided.copy()])[0].tobytes()

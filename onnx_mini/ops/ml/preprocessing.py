@@ -13,7 +13,7 @@ import numpy as np
 
 from ...errors import InvalidValueError
 from ...registry import kernel
-from .._common import as_array, float_to
+from .._common import as_array, float_to, round_f32
 from .encoders import ML, Lookup, exactly_one, tname
 
 
@@ -103,6 +103,13 @@ def imputer_1(*, imputed_value_floats=None, imputed_value_int64s=None, replaced_
 
 # -- Normalizer ------------------------------------------------------------------------------------
 
+# One float32 row of at most this many values has its L1 norm summed on Python floats: numpy adds
+# fewer than 8 float32 values (its pairwise-sum block) left to right, which round_f32 after each +
+# reproduces (the same bits: tested against numpy); the row is then divided by it as a Python float,
+# cheaper than a numpy scalar. [1, 3]: 2.6 vs 5.2 us a call (measured under load)
+_SEQUENTIAL_SUM = 7
+
+
 @kernel("Normalizer", since=1, domain=ML)
 def normalizer_1(*, norm="MAX"):
     # Each row (the last axis) divided by: MAX its maximum, L1 the sum of its absolute values, L2 its
@@ -124,7 +131,15 @@ def normalizer_1(*, norm="MAX"):
     whole = {"MAX": lambda v: np.maximum.reduce(v, axis=None), "L1": lambda v: np.add.reduce(np.abs(v), axis=None),
              "L2": lambda v: np.sqrt(np.matmul(v[..., None, :], v[..., :, None]).reshape(()))}[norm]
 
+    row_l1 = norm == "L1"
+
     def run(x):
+        if row_l1 and x.dtype is _F32 and x.ndim and 0 < x.size <= _SEQUENTIAL_SUM and x.size == x.shape[-1]:
+            vals = x.reshape(-1).tolist()
+            d = abs(vals[0])
+            for a in vals[1:]:
+                d = round_f32(d + abs(a))
+            return x / d if d != 0 else x.copy()   # (a Python float: float32 division, NEP 50)
         v = x if x.dtype is _F32 else _float(x)
         if v.size == 0:
             return v.astype(np.float32)
