@@ -51,6 +51,26 @@ def binary(ufunc):
     return run
 
 
+def with_constant_second(ufunc, run, constants):
+    """run (binary(ufunc)'s function) with a shortcut for a constant second input that has a dimension
+    (a bias): an input of its type and rank needs none of run's checks, and the result of a numpy ufunc
+    with an input of rank >= 1 is an ndarray (a [2, 3] Add: ~0.55 against ~0.65 us at best, alternating,
+    under load)."""
+    fixed = (constants or {}).get(1)
+    if not isinstance(fixed, np.ndarray) or fixed.ndim == 0 or not isinstance(ufunc, np.ufunc):
+        return run
+    dtype, ndim = fixed.dtype, fixed.ndim
+
+    def with_bias(a, b):
+        if b is fixed and a.dtype is dtype and a.ndim == ndim:   # a constant arrives as that very array
+            try:
+                return ufunc(a, b)
+            except ValueError:
+                pass                  # shapes that do not broadcast: run reports them
+        return run(a, b)
+    return with_bias
+
+
 def legacy_binary(ufunc, broadcast, axis):
     """Opsets 1-6: B broadcast onto A by the `broadcast`/`axis` attributes (see legacy_broadcast)."""
     def run(a, b):
@@ -82,8 +102,8 @@ _legacy_versions("Mul", np.multiply)
 
 
 @kernel("Add", since=(7, 13, 14), in_place=np.add, rank="broadcast")
-def add_7():
-    return binary(np.add)
+def add_7(*, _constants=None):
+    return with_constant_second(np.add, binary(np.add), _constants)
 
 
 @kernel("Sub", since=(7, 13, 14), in_place=np.subtract, rank="broadcast")
