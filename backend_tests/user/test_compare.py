@@ -4,6 +4,7 @@ tolerances by element type; `onnx-mini compare`'s exit code follows the verdict.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import sys
 from dataclasses import replace
 
@@ -45,7 +46,9 @@ def planted(monkeypatch):
     """plant(op, version, fn_factory): onnx_mini's kernel for (op, version) replaced for this test."""
     def plant(op, version, factory):
         spec = registry._KERNELS[("", op, version)]
-        monkeypatch.setitem(registry._KERNELS, ("", op, version), replace(spec, factory=factory))
+        # the planted factory is given only the injected names it asks for (not the real kernel's)
+        injected = frozenset(inspect.signature(factory).parameters) & frozenset(registry.INJECTED)
+        monkeypatch.setitem(registry._KERNELS, ("", op, version), replace(spec, factory=factory, injected=injected))
         resolve_module._resolve.cache_clear()
     yield plant
     monkeypatch.undo()
