@@ -231,15 +231,10 @@ class ConvNHWC:
         by_rows = _by_rows(x, need, c) and not bare
         # by rows: every element the windows read is written by _read_rows
         xp = np.empty((n, *need, c), x.dtype) if by_rows else self._padded(x, need, dst, src)
-        s0, s1, s2, s3 = xp.strides
         y = np.empty((n, oh, ow, c), xp.dtype)
-        if strides[1] == 1:     # a window row: Wo*C contiguous values against the taps tiled Wo times
-            windows = strided_view(xp, (n, oh, kh, kw, ow * c), (s0, s1 * strides[0], s1, s2, s3))
-            wt = self._tiled(taps, w, ow)
-            rows, subscripts = y.reshape(n, oh, ow * c), "nhabr,abr->nhr"
-        else:
-            windows = strided_view(xp, (n, oh, ow, kh, kw, c), (s0, s1 * strides[0], s2 * strides[1], s1, s2, s3))
-            wt, rows, subscripts = taps, y, "nhwabc,abc->nhwc"
+        windows, subscripts, tiled = _depthwise_windows(xp, strides, (kh, kw), out)
+        wt = self._tiled(taps, w, ow) if tiled else taps
+        rows = y.reshape(n, oh, ow * c) if tiled else y
 
         def part(r0, r1):
             if by_rows:
@@ -265,22 +260,15 @@ class ConvNHWC:
         entry = kept.get(key)
         if entry is None:
             xp = np.zeros((n, *need, c), x.dtype)
-            s0, s1, s2, s3 = xp.strides
-            if strides[1] == 1:
-                windows = strided_view(xp, (n, oh, kh, kw, ow * c), (s0, s1 * strides[0], s1, s2, s3))
-            else:
-                windows = strided_view(xp, (n, oh, ow, kh, kw, c),
-                                       (s0, s1 * strides[0], s2 * strides[1], s1, s2, s3))
-            entry = (xp[:, dst[0], dst[1]], (slice(None), src[0], src[1]), windows)
+            entry = (xp[:, dst[0], dst[1]], (slice(None), src[0], src[1]),
+                     *_depthwise_windows(xp, strides, (kh, kw), out))
             if len(kept) < 4:
                 kept[key] = entry
-        inside, source, windows = entry
+        inside, source, windows, subscripts, tiled = entry
         np.copyto(inside, x[source])
         y = np.empty((n, oh, ow, c), x.dtype)
-        if strides[1] == 1:
-            np.einsum("nhabr,abr->nhr", windows, self._tiled(taps, w, ow), out=y.reshape(n, oh, ow * c))
-        else:
-            np.einsum("nhwabc,abc->nhwc", windows, taps, out=y)
+        np.einsum(subscripts, windows, self._tiled(taps, w, ow) if tiled else taps,
+                  out=y.reshape(n, oh, ow * c) if tiled else y)
         self._finish_rows(y, b, epilogue, 0, oh)
         return y
 
@@ -345,6 +333,19 @@ def _finished(y, epilogue):
     if epilogue is not None and y.size:
         epilogue(y.reshape(-1, y.shape[-1]), 0, y.size // max(1, y.shape[-1]))
     return y
+
+
+def _depthwise_windows(xp, strides, kernel, out):
+    """(the windows of the padded input xp (N, Hp, Wp, C) the depthwise einsum reads, its subscripts,
+    whether the taps are tiled along an output row): at stride 1 along the width a window row is one
+    contiguous run of Wo*C values against the taps tiled Wo times; strided, the 6-d windows."""
+    n, c = xp.shape[0], xp.shape[3]
+    (kh, kw), (oh, ow) = kernel, out
+    s0, s1, s2, s3 = xp.strides
+    if strides[1] == 1:
+        return strided_view(xp, (n, oh, kh, kw, ow * c), (s0, s1 * strides[0], s1, s2, s3)), "nhabr,abr->nhr", True
+    windows = strided_view(xp, (n, oh, ow, kh, kw, c), (s0, s1 * strides[0], s2 * strides[1], s1, s2, s3))
+    return windows, "nhwabc,abc->nhwc", False
 
 
 def _row_pieces(phases, s, width=None, dst=None, src=None):
