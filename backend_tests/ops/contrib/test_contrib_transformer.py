@@ -1342,3 +1342,122 @@ def test_group_query_attention_sliding_window_cache(starts, s, capacity, window)
             np.testing.assert_array_equal(pk[i, :, :keep], exp[1][i, :, :keep])
     with raises_naming_node(KernelError, "capacity"):
         ms("GroupQueryAttention", inputs, 3, **{**attrs, "local_window_size": capacity + 1})
+
+
+def _count_decode_steps(monkeypatch) -> list:
+    """From now on, GroupQueryAttention kernels record each call of their decode step in the list
+    returned: True when it computed the result, False when it left it to the general path."""
+    from onnx_mini.ops.contrib import transformer
+    made, taken = transformer._one_token_step, []
+
+    def counting(*args):
+        step = made(*args)
+
+        def counted(*inputs):
+            out = step(*inputs)
+            taken.append(out is not None)
+            return out
+        return counted
+    monkeypatch.setattr(transformer, "_one_token_step", counting)
+    return taken
+
+
+def _gqa_decode_kernels(monkeypatch, **attrs):
+    """The GroupQueryAttention kernel built with the caches as constants, as the planner builds it, with
+    the decode step's calls counted (_count_decode_steps), and the same kernel without the decode step."""
+    from onnx_mini.ops.contrib import transformer
+    made = transformer._one_token_step
+    taken = _count_decode_steps(monkeypatch)
+    fast = transformer.group_query_attention_1(**attrs)
+    monkeypatch.setattr(transformer, "_one_token_step", lambda *args: None)
+    general = transformer.group_query_attention_1(**attrs)
+    monkeypatch.setattr(transformer, "_one_token_step", made)
+    return fast, general, taken
+
+
+@pytest.mark.parametrize("rotary", ["none", "half", "interleaved"])
+@pytest.mark.parametrize("packed", [0, 1])
+@pytest.mark.parametrize("past_len,length,scale", [(6, 6, None), (9, 4, 0.3), (0, 0, None), (5, 0, 0.5)])
+def test_group_query_attention_decode_step(monkeypatch, rotary, packed, past_len, length, scale):
+    """One token of one sequence (past given, no mask, bias or position_ids): the decode step is taken
+    and gives the general path's result to float32 rounding (the same steps: bit for bit here) and the
+    float64 reference; positions 0 (an empty past, or a first token written at row 0 of a larger
+    buffer: total_sequence_length 1) to 6, in caches of 0 to 9 rows (present rows past the token: 0)."""
+    ang = np.arange(12)[:, None] * 10000.0 ** (-np.arange(0, GH, 2) / GH)
+    cos, sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+    attrs = dict(num_heads=GN, kv_num_heads=GK, scale=scale, _n_outputs=3)
+    if rotary != "none":
+        attrs.update(do_rotary=1, rotary_interleaved=int(rotary == "interleaved"), _constants={7: cos, 8: sin})
+    fast, general, taken = _gqa_decode_kernels(monkeypatch, **attrs)
+    q, k, v, pk, pv, lens, total = (x[:1] if x.ndim else x for x in _gqa(1, past_len, [length, 0], seed=60))
+    if length == 0:
+        total = np.array(1, np.int32)
+    inputs = ([np.concatenate([q, k, v], -1), None, None] if packed else [q, k, v]) + [pk, pv, lens, total]
+    inputs += [cos, sin] if rotary != "none" else []
+    got = fast(*inputs)
+    assert taken == [True]
+    want = general(*inputs)
+    assert taken == [True]
+    rot = dict(cos=cos.astype(np.float64), sin=sin.astype(np.float64)) if rotary != "none" else {}
+    ref = gqa_ref(q, k, v, pk, pv, lens[:1], 1, length == 0, scale=scale, interleaved=rotary == "interleaved", **rot)
+    for a, w, r in zip(got, want, ref):
+        assert a.dtype == np.float32 and a.shape == w.shape
+        np.testing.assert_allclose(a, w, rtol=1e-6, atol=1e-7)
+        close(a, r, tol=1e-5)
+    assert got[1].shape[2] == max(past_len, length + 1) and not got[1][0, :, length + 1:].any()
+
+
+def test_group_query_attention_decode_step_leaves_the_rest_to_the_general_path(monkeypatch):
+    """Two sequences, position_ids, a float64 query or a position past the cos cache: the decode step
+    declines (before computing anything) and the general path answers, errors included."""
+    ang = np.arange(8)[:, None] * 10000.0 ** (-np.arange(0, GH, 2) / GH)
+    cos, sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+    fast, general, taken = _gqa_decode_kernels(monkeypatch, num_heads=GN, kv_num_heads=GK, do_rotary=1,
+                                               _n_outputs=3, _constants={7: cos, 8: sin})
+    inputs = _gqa(1, 9, [6, 4], seed=70) + [cos, sin]
+    for a, w in zip(fast(*inputs), general(*inputs)):                       # batch 2
+        np.testing.assert_array_equal(a, w)
+    one = [x[:1] if x.ndim else x for x in inputs[:7]] + [cos, sin]
+    pids = np.array([[3]], np.int64)
+    for a, w in zip(fast(*one, pids), general(*one, pids)):                 # position_ids
+        np.testing.assert_array_equal(a, w)
+    one64 = [x.astype(np.float64) for x in one[:5]] + one[5:]
+    close(fast(*one64)[0], general(*one)[0], np.float64, tol=1e-6)        # float64
+    assert taken == [False, False]           # (batch 2 and float64 declined by the step, position_ids before it)
+    with pytest.raises(onnx_mini.errors.InvalidValueError, match="positions up to 8 exceed the 8 rows of cos_cache"):
+        fast(*one[:5], np.array([8], np.int32), np.array(9, np.int32), cos, sin)
+    with pytest.raises(onnx_mini.errors.InvalidValueError, match="seqlens_k .* do not fit"):
+        fast(*one[:5], np.array([9], np.int32), np.array(9, np.int32), cos, sin)
+    assert taken == [False] * 4
+    y = fast(*one)                                                          # the step itself
+    assert taken == [False] * 4 + [True]
+    np.testing.assert_array_equal(y[0], general(*one)[0])
+
+
+def test_group_query_attention_decode_step_in_a_prepared_model(monkeypatch):
+    """A prepared model with the cos/sin caches as initializers (the planner hands them to the factory):
+    a one-token step of one sequence takes the decode step, a step of two sequences does not; both give
+    the one-node run with the caches fed (the general path) bit for bit."""
+    taken = _count_decode_steps(monkeypatch)
+    ang = np.arange(12)[:, None] * 10000.0 ** (-np.arange(0, GH, 2) / GH)
+    cos, sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+    node = helper.make_node("GroupQueryAttention", ["qkv", "", "", "pk", "pv", "lens", "total", "cos", "sin"],
+                            ["y", "k_out", "v_out"], domain=MS, num_heads=GN, kv_num_heads=GK, do_rotary=1)
+    F, I = TensorProto.FLOAT, TensorProto.INT32
+    graph = helper.make_graph(
+        [node], "gqa", [helper.make_tensor_value_info(n, F, None) for n in ("qkv", "pk", "pv")]
+        + [helper.make_tensor_value_info("lens", I, None), helper.make_tensor_value_info("total", I, [])],
+        [helper.make_tensor_value_info(n, F, None) for n in ("y", "k_out", "v_out")],
+        [helper.make_tensor("cos", F, cos.shape, cos.ravel()), helper.make_tensor("sin", F, sin.shape, sin.ravel())])
+    model = onnx_mini.prepare(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                                      helper.make_opsetid(MS, 1)], ir_version=9))
+    for batch, want_taken in ((1, [True]), (B, [False])):
+        q, k, v, pk, pv, ln, total = (x[:batch] if x.ndim else x for x in _gqa(1, 7, [7, 5], seed=80))
+        qkv = np.concatenate([q, k, v], -1)
+        taken.clear()
+        got = model.run({"qkv": qkv, "pk": pk, "pv": pv, "lens": ln, "total": total})
+        assert taken == want_taken
+        fed = ms("GroupQueryAttention", [qkv, None, None, pk, pv, ln, total, cos, sin], 3, num_heads=GN,
+                 kv_num_heads=GK, do_rotary=1)
+        for a, w in zip(got, fed):
+            np.testing.assert_array_equal(a, w)
