@@ -47,3 +47,28 @@ def test_one_row_divides_by_its_sum():
     v = np.array([[4.0, -8.0], [8.0, 4.0]])
     y = fused.fused_attention(scale=1.0)(q, k, v)
     np.testing.assert_allclose(y, [[0.25 * 4 + 0.75 * 8, 0.25 * -8 + 0.75 * 4]], rtol=1e-15)
+
+
+@pytest.mark.parametrize("divide,scale", [(0, 0.0625), (1, 16.0), (0, 1.0)])
+def test_matrices_without_mask_equal_the_masked_path(divide, scale):
+    """Matrices without a mask and with a zero mask (adding +0.0 changes no score): the same bits, near the
+    float64 formula, for a multiplied and a divided scale."""
+    r = np.random.default_rng(7)
+    q, k, v = r.standard_normal((2, 32)).astype(np.float32), r.standard_normal((32, 9)).astype(np.float32), \
+        r.standard_normal((9, 5)).astype(np.float32)
+    run = fused.fused_attention(scale=scale, divide=divide)
+    y = run(q, k, v)
+    np.testing.assert_array_equal(y, run(q, k, v, np.zeros((2, 9), np.float32)))
+    c = 1 / scale if divide else scale
+    np.testing.assert_allclose(y, reference(q, k.T, v, c), rtol=1e-5, atol=1e-6)
+
+
+def test_matrices_whose_scores_overflow_take_the_shifted_softmax():
+    """Scores near 1000 overflow exp without the shift: the result is still the softmax (the largest score's
+    row of V where it dominates)."""
+    q = np.array([[1000.0, 0.0]], np.float32)
+    k = np.array([[1.0, 0.0], [0.99, 0.0]], np.float32).T      # scores 1000 and 990
+    v = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    y = fused.fused_attention(scale=1.0)(q, k, v)
+    w = 1 / (1 + np.exp(-10.0))
+    np.testing.assert_allclose(y, [[w * 1 + (1 - w) * 3, w * 2 + (1 - w) * 4]], rtol=1e-5)

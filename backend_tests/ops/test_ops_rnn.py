@@ -546,6 +546,18 @@ def test_one_direction_full_sequences(op, attrs, direction, layout, tname, nb, T
         np.testing.assert_allclose(g.astype(np.float64), e, rtol=tolerance(dt), atol=tolerance(dt))
 
 
+@pytest.mark.parametrize("init", [False, True])
+@pytest.mark.parametrize("nb", [1, 50])
+@pytest.mark.parametrize("op,attrs", CELLS)
+def test_single_steps_with_and_without_states(op, attrs, nb, init):
+    """T=1 (a decoder's step): one batch element and a batch past the column form's (B=50, H=64: the row
+    form), the initial states given or zeros, Y alone or with the last states: the reference's values."""
+    ins = make_inputs(op, T=1, nb=nb, I=5, H=64, init=init, seed=nb + init)
+    got = check(op, 22, ins, **attrs)
+    only_y = run_node(op, 22, ins, n_outputs=1, **attrs)
+    np.testing.assert_array_equal(only_y, got[0])
+
+
 @pytest.mark.parametrize("direction", ["forward", "bidirectional"])
 @pytest.mark.parametrize("op,attrs", CELLS)
 def test_runs_of_changing_shapes(op, attrs, direction):

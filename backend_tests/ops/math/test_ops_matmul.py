@@ -52,6 +52,25 @@ def test_matmul_shapes(sa, sb, tname):
     assert_same(run("MatMul", 13, [a, b]), mm_ref(a, b).astype(a.dtype))
 
 
+@pytest.mark.parametrize("sa,n", [((100, 1, 64), 128), ((2, 3, 4, 64), 64), ((8, 16, 64), 96)])
+@pytest.mark.parametrize("tname", ["float", "double"])
+@pytest.mark.parametrize("contiguous", [True, False])
+def test_matmul_stack_of_rows_times_a_matrix(sa, n, tname, contiguous):
+    """A stack of matrices times one matrix (a Scan RNN's inputs projected at once: [100, 1, 64] x [64, 128]),
+    large enough to run as one 2-D product when A is contiguous, else per matrix: the sums of products in
+    the stack's shape either way."""
+    dt = np_type(tname)
+    r = np.random.default_rng(len(sa) * n)
+    a = r.standard_normal(sa).astype(dt)
+    if not contiguous:      # the same values, a strided view
+        a = np.ascontiguousarray(a.swapaxes(-1, -2)).swapaxes(-1, -2)
+    b = r.standard_normal((sa[-1], n)).astype(dt)
+    y = run("MatMul", 13, [a, b])
+    assert y.shape == sa[:-1] + (n,) and y.dtype == dt
+    tol = 1e-5 if dt == np.float32 else 1e-12
+    np.testing.assert_allclose(y, mm_ref(a, b), rtol=tol, atol=tol)
+
+
 def test_matmul_low_precision_rounds_once():
     # 2048 + 1 + 1: float32 accumulation gives 2050 (exact in float16); float16 steps would give 2048
     a = np.array([[2048, 1, 1]], dtype=np.float16)
@@ -174,6 +193,35 @@ def test_gemm_checks_each_new_c_shape_on_one_kernel(version):
     assert_same(fn(a1, b, small("float", (4,), 25)), gemm_ref(a1, b, small("float", (4,), 25)))
     with pytest.raises(InvalidValueError, match="C of shape"):
         fn(a1, b, np.ones((2, 4), np.float32))
+
+
+@pytest.mark.parametrize("tname", ["float", "double"])
+@pytest.mark.parametrize("transB", [0, 1])
+@pytest.mark.parametrize("m", [1, 3])
+def test_gemm_with_a_constant_bias_row(tname, transB, m):
+    """A dense layer (constant 1-D C, alpha = beta = 1: a decoder's [1, 256] x [256, 1000] step) gives the
+    bits of the same Gemm with C fed, near the spec's sums; another C, a broadcast one or one of another
+    shape than the product's columns still take C as given."""
+    dt = np_type(tname)
+    r = np.random.default_rng(m + 2 * transB)
+    a, b = r.standard_normal((m, 40)).astype(dt), r.standard_normal((40, 7)).astype(dt)
+    bb = np.ascontiguousarray(b.T) if transB else b
+    c = r.standard_normal(7).astype(dt)
+    fn = gemm_11(transB=transB, _constants={2: c})
+    y = fn(a, bb, c)
+    np.testing.assert_array_equal(y, gemm_11(transB=transB)(a, bb, c.copy()))
+    tol = 1e-5 if dt == np.float32 else 1e-12
+    np.testing.assert_allclose(y, gemm_ref(a, b, c), rtol=tol, atol=tol)
+    c2 = r.standard_normal(7).astype(dt)
+    np.testing.assert_allclose(fn(a, bb, c2), gemm_ref(a, b, c2), rtol=tol, atol=tol)
+    one = np.array([2.0], dt)
+    np.testing.assert_allclose(gemm_11(transB=transB, _constants={2: one})(a, bb, one), gemm_ref(a, b, one),
+                               rtol=tol, atol=tol)
+    with pytest.raises(InvalidValueError, match="cannot be multiplied"):
+        fn(a[:, :39], bb, c)
+    wide = r.standard_normal((40, 9)).astype(dt)
+    with pytest.raises(InvalidValueError, match="C of shape"):
+        fn(a, np.ascontiguousarray(wide.T) if transB else wide, c)
 
 
 def test_gemm_empty():

@@ -20,9 +20,10 @@ R in the forms the step multiplies. Per run the driver:
 - maps the step-ordered outputs back to time positions (the same gather: s <-> len-1-s is an
   involution) and applies `layout`.
 
-One direction in the row form with every sequence full (a greedy decoder's or a stream's T=1 call)
-skips the reordering: its steps read the projection and the initial states where they lie and write
-Y's slots in place (reverse: walked backwards).
+One direction in the row form with every sequence full (a stream's chunk of steps, a greedy decoder's
+single step) skips the reordering: its steps read the projection and the initial states where they lie
+and write Y's slots in place (reverse: walked backwards); a single step (T=1) is sent there before the
+choices the other cases need (driver.one_step).
 
 Its modules: spec.py (the attributes, each cell's equations for any activations), fast.py (the tuned
 form of the default activations, the per-run algorithm choices and their thresholds), driver.py (the

@@ -157,6 +157,8 @@ def recurrent(op, cell, *, direction, layout, hidden_size, activations, activati
         if initial_c is not None and (initial_c.shape != state_shape or initial_c.dtype != dtype):
             _check_state("initial_c", initial_c, dtype, state_shape)
         lens = None if sequence_lens is None else _lengths(sequence_lens, T, Bn)
+        if T == 1 and D == 1 and on_tuned and lens is None and (Bn == 1 or not fast.column_form(Bn, H)):
+            return one_step(X, Bn, w, initial_h, initial_c)
         col = on_tuned and fast.column_form(Bn, H)
 
         # the input projection of every step and direction, one matmul
@@ -244,12 +246,45 @@ def recurrent(op, cell, *, direction, layout, hidden_size, activations, activati
             outs = [None if v is None else v.transpose(p) for v, p in zip(outs, trans)]
         return tuple(outs)
 
+    def one_step(X, Bn, w, initial_h, initial_c):
+        """run for T=1, one direction, row form, every sequence full (a greedy decoder's or a stream's call):
+        X's [B, I] rows (either layout) projected, the states read where the caller has them, the step writing
+        Y's one slot, none of the general path's choices made (kernel alone, old and new called in turn, same
+        packed weights, medians under load: GRU H=256 I=128 B=1 48.6 -> 46.8 us, LSTM H=64 I=128 B=1 26.0 ->
+        25.5)."""
+        H, ct = w.H, w.ct
+        x = X.reshape(Bn, w.I)          # [1, B, I] (layout 0) and [B, 1, I] (layout 1): the same rows
+        xp = fast.project(Bn * w.WT.size)(x if x.dtype == ct else x.astype(ct), w.WT)
+        if w.bias is not None:
+            np.add(xp, w.bias, xp)
+        Y = np.empty((1, 1, Bn, H), ct)
+        y = Y[0, 0]
+        h = np.zeros((Bn, H), ct) if initial_h is None else _first(initial_h, layout, ct)
+        step = steps.take(w, Bn, False, 0)
+        if cell.has_cell:
+            c = np.zeros((Bn, H), ct) if initial_c is None else _first(initial_c, layout, ct)
+            Y_c = np.empty((1, Bn, H), ct)
+            step(xp, h, y, c, Y_c[0])
+        else:
+            Y_c = None
+            step(xp, h, y, None, None)
+        steps.give(w, Bn, False, 0, step)
+        # Y_h a copy of Y's slot; Y_c the run's own buffer
+        if layout == 0:
+            outs = (Y, Y[0].copy(), Y_c)
+        else:
+            outs = (Y.transpose(2, 0, 1, 3), y[:, None].copy(), None if Y_c is None else Y_c.transpose(1, 0, 2))
+        outs = outs[:n_outputs]
+        if ct != w.dtype:
+            outs = tuple(None if v is None else v.astype(w.dtype) for v in outs)
+        return outs
+
     def one_direction(xp, T, Bn, w, initial_h, initial_c):
         """run's steps from the projection xp [T*B, G*H] for one direction in the row form, every sequence
-        full (a decoder's or a stream's T=1 call): none of the general path's reordering and copies, the
-        steps write Y in place (reverse: its slots walked backwards), the states are read where the caller
-        has them (measured, kernel alone, thread CPU time: GRU T=1 B=1 H=256 63 -> 56 us, LSTM H=64 T=1 32 -> 27,
-        T=12 209 -> 189, with the 2-D bias and the 0-d halves)."""
+        full (a stream's chunk of steps; a single step takes one_step): none of the general path's reordering
+        and copies, the steps write Y in place (reverse: its slots walked backwards), the states are read where
+        the caller has them (measured, kernel alone, thread CPU time: GRU T=1 B=1 H=256 63 -> 56 us, LSTM H=64
+        T=1 32 -> 27, T=12 209 -> 189, with the 2-D bias and the 0-d halves)."""
         H, ct = w.H, w.ct
         Y = np.empty((T, 1, Bn, H), ct)
         h = np.zeros((Bn, H), ct) if initial_h is None else _first(initial_h, layout, ct)
@@ -257,22 +292,16 @@ def recurrent(op, cell, *, direction, layout, hidden_size, activations, activati
         if cell.has_cell:
             c = np.zeros((Bn, H), ct) if initial_c is None else _first(initial_c, layout, ct)
         step = steps.take(w, Bn, False, 0)
-        if T == 1:      # a decoder's or a stream's step: xp is its [B, G*H] in either layout, no loop
-            # (with the inline state checks, thread CPU: GRU H=256 I=128 B=1 39.2 -> 36.3 us, LSTM H=64 16.8 -> 14.9)
-            cn = None if c is None else np.empty((Bn, H), ct)
-            step(xp, h, Y[0, 0], c, cn)
-            h, c = Y[0, 0], cn
-        else:
-            GH = xp.shape[1]
-            xs = xp.reshape(T, Bn, GH) if layout == 0 else xp.reshape(Bn, T, GH).transpose(1, 0, 2)
-            ys = Y[:, 0]
-            if reverse[0]:
-                xs, ys = xs[::-1], ys[::-1]
-            cs = None
-            if c is not None:
-                pair = np.empty((2, Bn, H), ct)
-                cs = (c, pair[0], pair[1])
-            h, c = _loop(step, xs, ys, h, cs, None, None)
+        GH = xp.shape[1]
+        xs = xp.reshape(T, Bn, GH) if layout == 0 else xp.reshape(Bn, T, GH).transpose(1, 0, 2)
+        ys = Y[:, 0]
+        if reverse[0]:
+            xs, ys = xs[::-1], ys[::-1]
+        cs = None
+        if c is not None:
+            pair = np.empty((2, Bn, H), ct)
+            cs = (c, pair[0], pair[1])
+        h, c = _loop(step, xs, ys, h, cs, None, None)
         steps.give(w, Bn, False, 0, step)
         # Y_h a copy (h is Y's last step); Y_c is the run's own buffer (T >= 1)
         if layout == 0:
