@@ -2,8 +2,9 @@
 ones): a row alone must give exactly what it gives inside a batch, and what the spec's formula gives.
 A classifier's one-row SOFTMAX (up to 16 classes) runs on Python floats, in float64 rounded once: its
 top class is the batch's, its probabilities the batch's within float32 rounding (the batch takes float32
-exps of float32 scores). Also: a wide row's LinearClassifier product (W [E, F]) and labels 0..K-1
-returned as the argmax itself. (The tree ensembles' one-row walk: test_ops_ml_forest.py.)"""
+exps of float32 scores); without SOFTMAX its top class is found on Python floats, the batch's too. Also:
+a wide row's LinearClassifier product (W [E, F]) and labels 0..K-1 returned as the argmax itself. (The
+tree ensembles' one-row walk: test_ops_ml_forest.py.)"""
 from __future__ import annotations
 
 import math
@@ -184,3 +185,29 @@ def test_normalizer_l1_one_float32_row_is_numpys_float32_quotient(features):
                 assert alone.reshape(-1).tobytes() == batch[i].tobytes()
         strided = rows[5:6, ::-1]                   # a non-contiguous row: the same values
         assert session.run([strided])[0].tobytes() == session.run([strided.copy()])[0].tobytes()
+
+
+@pytest.mark.parametrize("transform", ["NONE", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT"])
+@pytest.mark.parametrize("labels", [dict(classlabels_ints=[0, 1, 2, 3]),
+                                    dict(classlabels_strings=["a", "b", "c", "d"])])
+def test_linear_classifier_one_row_top_class_without_softmax(transform, labels):
+    # one float32 row's top class is found on Python floats (SOFTMAX aside): the first largest score, as
+    # numpy's argmax, ties and -0.0 == 0.0 included; a NaN score makes numpy decide (its first NaN).
+    # Scores and labels: the batch's row, bit for bit.
+    coefficients = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0, -1.0, 0.0]                # 4 classes x 2 features
+    x = np.array([[1.0, 2.0], [2.0, 2.0], [2.0, 1.0], [0.0, -0.0], [-0.0, 0.0], [np.nan, 1.0],
+                  [1.0, np.nan], [np.inf, 1.0], [-np.inf, 1.0], [np.inf, -np.inf], [-3.0, -1.0]], np.float32)
+    with np.errstate(all="ignore"):     # (0 * inf, inf - inf: NaN scores)
+        scores = x @ np.float32(coefficients).reshape(4, 2).T
+    # the first largest score (the first NaN when there is one): rows 0-4 and 10 by hand
+    expected = [int(np.argmax(row)) for row in scores]
+    assert expected[:5] + expected[-1:] == [2, 2, 2, 0, 0, 3]
+    names = labels.get("classlabels_ints") or labels["classlabels_strings"]
+    args = dict(domain=ML, n_outputs=2, coefficients=coefficients, post_transform=transform, **labels)
+    with np.errstate(all="ignore"):
+        batch_labels, batch = run_node("LinearClassifier", 1, [x], **args)
+        assert batch_labels.tolist() == [names[k] for k in expected]
+        for i in range(len(x)):
+            label, scores = run_node("LinearClassifier", 1, [x[i:i + 1]], **args)
+            assert label.tolist() == [names[expected[i]]] and label.dtype == batch_labels.dtype
+            assert scores.dtype == np.float32 and scores.tobytes() == batch[i:i + 1].tobytes()

@@ -312,3 +312,52 @@ def test_one_row_top_levels_match_the_level_walk_and_the_reference(monkeypatch, 
     rows = [run_node("TreeEnsembleRegressor", 3, [x[i:i + 1]], domain=ML, **attrs) for i in range(len(x))]
     np.testing.assert_array_equal(np.concatenate(rows), expected)
     assert len(calls) == len(x)                       # and not these
+
+
+@pytest.mark.parametrize("mode", ["BRANCH_LEQ", "BRANCH_LT", "BRANCH_NEQ"])
+@pytest.mark.parametrize("depth", [2, 3, 5])
+def test_one_row_single_mode_without_missing_value_tracks(monkeypatch, mode, depth):
+    # one comparison mode and no missing_value_tracks_true (scikit-learn's forests): the one-row walk
+    # applies the comparison alone; NaN features go to the false child (the true one for NEQ)
+    k = 3
+    a = random_forest(depth + 60, 12, depth, [mode], k, "tree")
+    a["nodes_missing_value_tracks_true"] = [0] * len(a["nodes_modes"])
+    attrs = regressor(a, k, "SUM", [0.5, -1.25, 2.0])
+    x = features(depth + 9, 30)
+    expected = (reference_scores(a, x, k, "SUM") + attrs["base_values"]).astype(np.float32)
+    tests = []
+    test = forest_module.Forest.test
+    monkeypatch.setattr(forest_module.Forest, "test", lambda *args, **kw: tests.append(1) or test(*args, **kw))
+    rows = [run_node("TreeEnsembleRegressor", 3, [x[i:i + 1]], domain=ML, **attrs) for i in range(len(x))]
+    np.testing.assert_array_equal(np.concatenate(rows), expected)
+    if depth <= 3:
+        assert not tests                              # the comparison alone decided every row
+    assert np.isnan(x).any(axis=1).sum() >= 3         # rows with a NaN feature were among them
+
+
+def test_classifier_one_row_single_mode_without_missing_value_tracks(monkeypatch):
+    # scikit-learn's gradient boosting: one mode (LEQ), no missing_value_tracks_true, depth <= 3, each
+    # class scored by its trees in order: one row's sums come from the comparison alone, bound once
+    # (Forest._plain_row_sums, in place of the row_sums method); the reference's label and probabilities
+    # (NaN features to the false child); too few features: the error names the feature read
+    k = 3
+    a = random_forest(21, 30, 3, ["BRANCH_LEQ"], k, "tree")
+    a["nodes_missing_value_tracks_true"] = [0] * len(a["nodes_modes"])
+    attrs = {key: v for key, v in a.items() if key.startswith("nodes_")}
+    attrs.update(class_treeids=a["w_treeids"], class_nodeids=a["w_nodeids"], class_ids=a["w_ids"],
+                 class_weights=a["w_weights"], base_values=[0.25, -0.5, 0.125], post_transform="SOFTMAX",
+                 classlabels_int64s=[4, 0, 9])
+    method_calls = []
+    row_sums = forest_module.Forest.row_sums
+    monkeypatch.setattr(forest_module.Forest, "row_sums",
+                        lambda *args: method_calls.append(1) or row_sums(*args))
+    x = features(22, 30)
+    scores = reference_scores(a, x, k, "SUM") + attrs["base_values"]
+    for i in range(len(x)):
+        one_label, one = run_node("TreeEnsembleClassifier", 3, [x[i:i + 1]], 2, domain=ML, **attrs)
+        assert one_label.tolist() == [[4, 0, 9][int(np.argmax(scores[i]))]]
+        np.testing.assert_allclose(one[0], softmax(scores[i:i + 1])[0].astype(np.float32), rtol=1.2e-7, atol=0)
+    assert not method_calls
+    top = max(a["nodes_featureids"])
+    with pytest.raises(KernelError, match=f"reads feature {top} but X has {top} features"):
+        run_node("TreeEnsembleClassifier", 3, [x[:1, :top]], 2, domain=ML, **attrs)

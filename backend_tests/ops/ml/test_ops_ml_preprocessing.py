@@ -537,6 +537,7 @@ def zipmap_model(**attrs):
 @pytest.mark.parametrize("attrs,x,expected", [
     ({"classlabels_strings": ["a", "b"]}, f32([[0.25, 0.75], [1, 0]]), [{"a": 0.25, "b": 0.75}, {"a": 1.0, "b": 0.0}]),
     ({"classlabels_int64s": [3, -1, 7]}, f32([[0.5, 1.5, -2]]), [{3: 0.5, -1: 1.5, 7: -2.0}]),
+    ({"classlabels_strings": ["b", "a"]}, f32([[0.125, 0.1]]), [{"b": 0.125, "a": float(np.float32(0.1))}]),
     ({"classlabels_int64s": [1]}, f32([4]), [{1: 4.0}]),            # 1-D: one row
     ({"classlabels_strings": ["a"]}, np.zeros((0, 1), F32), []),
 ])

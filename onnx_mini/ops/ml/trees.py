@@ -225,6 +225,7 @@ def _tree_classifier(*, base_values, class_ids, class_nodeids, class_treeids, cl
     pick = label_picker(labels)
     by_row = transform == "SOFTMAX" and 2 <= k <= ROW_SCORES
     base_list = base.tolist()
+    singles = [labels[j:j + 1] for j in range(k)]      # batch 1's label, copied per run
 
     def run(x):
         x = features_2d(x)
@@ -234,7 +235,7 @@ def _tree_classifier(*, base_values, class_ids, class_nodeids, class_treeids, cl
                 sums = forest.scores(x, "SUM").tolist()[0]
             found = row_top_softmax([s + b for s, b in zip(sums, base_list)])
             if found is not None:
-                return labels[found[0]:found[0] + 1].copy(), found[1]
+                return singles[found[0]].copy(), found[1]
         scores = forest.scores(x, "SUM")
         scores += base
         top = scores.argmax(axis=1) if k else np.zeros(len(scores), np.int64)
