@@ -118,6 +118,52 @@ def test_which_gather_the_thresholds_choose():
         np.testing.assert_array_equal(got, direct(x, w, b, (1, 1), (1, 1, 1, 1), dil).astype(np.float32))
 
 
+def direct_nd(x, w, b, strides, pads):
+    """direct() for a 1-D Conv (a 2-D one of height 1; ONNX pads (begin, end)) or a 2-D one (ONNX pads)."""
+    if x.ndim == 4:
+        return direct(x, w, b, strides, (pads[0], pads[1], pads[2], pads[3]))
+    y = direct(x[:, :, None], w[:, :, None], b, (1, strides[0]), (0, pads[0], 0, pads[1]))
+    return y[:, :, 0]
+
+
+@pytest.mark.parametrize("xs, ws, strides, pads, with_bias, as_is", [
+    ((1, 1, 3000), (10, 1, 512), (160,), (0, 0), False, True),      # an STFT front end: X is its own copy
+    ((1, 1, 1000), (6, 1, 80), (30,), (0, 0), True, True),
+    ((1, 1, 9000), (3, 1, 64), (32,), (0, 0), True, True),         # more pixels than LAST_COLUMNS_MAX_PIXELS
+    ((1, 1, 900), (5, 1, 70), (16,), (7, 3), True, False),         # padded: the channels-last copy
+    ((1, 1, 6, 300), (4, 1, 2, 70), (1, 25), (1, 0, 0, 2), True, False),   # 2-D, strided along the last axis
+])
+def test_strided_long_window_rows_go_channels_last(xs, ws, strides, pads, with_bias, as_is):
+    """One channel strided along the last axis, >= LAST_COLUMNS_ONE_CHANNEL_MIN_TAPS taps along it:
+    channels-last columns at any pixel count (X itself where nothing is padded, its values untouched),
+    the definition's exact sums; one tap fewer, or two channels, gather NCHW columns, also exact."""
+    taps = thresholds.LAST_COLUMNS_ONE_CHANNEL_MIN_TAPS
+    assert ws[-1] >= taps and (xs[-1] < 9000 or (xs[-1] - 64) // 32 + 1 > thresholds.LAST_COLUMNS_MAX_PIXELS)
+    x, w, b = ints(xs), ints(ws), ints((ws[0],)) if with_bias else None
+    given = x.copy()
+    want = direct_nd(x, w, b, strides, pads).astype(np.float32)
+    convolution = conv.Convolution(pads=list(pads), strides=list(strides), constants={1: w, 2: b})
+    for _ in range(2):
+        got = convolution(x, w, b)
+        columns = gather(convolution, x)
+        assert type(columns) is im2col.LastColumns and columns.as_is == as_is
+        assert got.dtype == np.float32 and got.shape == want.shape and got.flags.c_contiguous
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(x, given)
+    read_only = x.copy()
+    read_only.flags.writeable = False
+    wide = np.zeros(xs[:-1] + (2 * xs[-1],), np.float32)
+    wide[..., ::2] = x
+    for other in (read_only, wide[..., ::2]):       # the same values read-only, or strided
+        np.testing.assert_array_equal(convolution(other, w, b), want)
+    x2 = np.concatenate([x, ints(xs)], axis=1)
+    for xi, wi in ((x, ints((*ws[:-1], taps - 1))), (x2, ints((ws[0], 2, *ws[2:])))):
+        ci = conv.Convolution(pads=list(pads), strides=list(strides), constants={1: wi, 2: b})
+        got = ci(xi, wi, b)
+        assert type(gather(ci, xi)) is im2col.Columns
+        np.testing.assert_array_equal(got, direct_nd(xi, wi, b, strides, pads).astype(np.float32))
+
+
 @pytest.mark.parametrize("xs, ws, strides", [
     ((1, 1, 97, 32), (16, 1, 3, 3), (1, 1)),        # the wakeword's first layer
     ((1, 8, 12, 10), (6, 8, 3, 2), (1, 2)),         # strided, columns from the window view
@@ -141,6 +187,46 @@ def test_bias_row_is_conv(xs, ws, strides):
         assert (columns.phases is not None) == (xs[2] == 130)
     plain = conv.Convolution(pads=onnx_pads(pads), strides=list(strides), algorithm="im2col")
     np.testing.assert_array_equal(plain(x, w), direct(x, w, None, strides, pads).astype(np.float32))
+
+
+def direct_groups(x, w, b, pads, dilations, group):
+    """direct() of each group's channels, side by side."""
+    cg, mg = x.shape[1] // group, w.shape[0] // group
+    return np.concatenate([direct(x[:, g * cg:(g + 1) * cg], w[g * mg:(g + 1) * mg],
+                                  None if b is None else b[g * mg:(g + 1) * mg], (1, 1), pads, dilations)
+                           for g in range(group)], axis=1)
+
+
+@pytest.mark.parametrize("xs, ws, pads, dil, group", [
+    ((1, 16, 48, 16), (32, 16, 3, 3), (1, 1, 1, 1), (1, 1), 1),     # the wakeword's second layer (bias row)
+    ((1, 6, 10, 9), (4, 3, 3, 2), (0, 1, 2, 0), (2, 1), 2),         # dilated rows, two groups
+    ((2, 4, 7, 5), (3, 4, 2, 3), (0, 0, 0, 0), (1, 2), 1),          # two images, unpadded, dilated columns
+])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_narrow_outputs_gather_by_strips(xs, ws, pads, dil, group, with_bias):
+    """A 2-D output at stride 1 no wider than IM2COL_STRIPS_MAX_WIDTH: its columns copied by way of the
+    kernel's column shifts, the same values in the same order (the definition's exact sums); one column
+    wider, the window view's columns, also exact."""
+    x, w = ints(xs), ints(ws)
+    b = ints((ws[0],)) if with_bias else None
+    given = x.copy()
+    convolution = conv.Convolution(pads=onnx_pads(pads), dilations=list(dil), group=group, algorithm="im2col",
+                                   constants={1: w, 2: b})
+    want = direct_groups(x, w, b, pads, dil, group).astype(np.float32)
+    for _ in range(2):
+        np.testing.assert_array_equal(convolution(x, w, b), want)
+    columns = gather(convolution, x)
+    assert type(columns) is im2col.Columns and columns.strips is not None
+    np.testing.assert_array_equal(x, given)
+    widest = thresholds.IM2COL_STRIPS_MAX_WIDTH
+    bw = None if b is None else b[:2]
+    for width, by_strips in ((widest, True), (widest + 1, False)):
+        xw = ints((1, 3, 4, width + 1))             # (3x2 kernel, unpadded: width outputs)
+        ww = ints((2, 3, 3, 2))
+        cw = conv.Convolution(pads=[0, 0, 0, 0], algorithm="im2col", constants={1: ww, 2: bw})
+        got = cw(xw, ww, bw)
+        assert got.shape[-1] == width and (gather(cw, xw).strips is not None) == by_strips
+        np.testing.assert_array_equal(got, direct(xw, ww, bw, (1, 1), (0, 0, 0, 0)).astype(np.float32))
 
 
 def test_another_w_than_the_constant():

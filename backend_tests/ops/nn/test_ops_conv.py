@@ -1386,10 +1386,13 @@ ROWS_CASES = [  # (id, x shape, w shape, attributes): one 1-D image, at most ROW
 def test_conv_im2col_by_rows_against_direct_loop(monkeypatch, xs, ws, attrs, constant, dtype):
     """A 1-D Conv of one image with few output positions: one matrix-vector product per position over
     the channels-last windows, W's taps reordered once for a constant W (per call for a fed one); the
-    direct loop's sums, for the values of the same layer chained (its input a transposed view)."""
-    calls, reordered = [], []
-    conv_rows, rows_weights = im2col.conv_rows, im2col.rows_weights
+    direct loop's sums, for the values of the same layer chained (its input a transposed view). One
+    output position with the constant W and B (float32/64): from the second call one product over the
+    taps reading X, B in it (im2col.conv_one)."""
+    calls, ones, reordered = [], [], []
+    conv_rows, conv_one, rows_weights = im2col.conv_rows, im2col.conv_one, im2col.rows_weights
     monkeypatch.setattr(im2col, "conv_rows", lambda *a: calls.append(1) or conv_rows(*a))
+    monkeypatch.setattr(im2col, "conv_one", lambda *a: ones.append(1) or conv_one(*a))
     monkeypatch.setattr(im2col, "rows_weights", lambda w: reordered.append(1) or rows_weights(w))
     x, w, b = ints(xs).astype(dtype), ints(ws).astype(dtype), ints((ws[0],)).astype(dtype)
     fn = conv.conv_1(**attrs, _constants={1: w, 2: b} if constant else {})
@@ -1398,14 +1401,55 @@ def test_conv_im2col_by_rows_against_direct_loop(monkeypatch, xs, ws, attrs, con
         y = fn(x, w, b)
         assert y.dtype == dtype
         assert_same(y.astype(np.float32), expected.astype(np.float32))
-    assert len(calls) == 3 and len(reordered) == (1 if constant else 3)
+    one = constant and dtype != np.float16 and expected.shape[-1] == 1
+    assert (len(calls), len(ones)) == ((1, 2) if one else (3, 0)) and len(reordered) == (1 if constant else 3)
     assert fn.algorithms == {x.shape: "im2col"}
     # the output (a transposed view of the products: read channels-last as it is) into the next Conv
     w2 = ints((2, ws[0], 2)).astype(dtype)
     y = fn(x, w, b)
     assert_same(conv.conv_1(pads=[0, 1], _constants={1: w2})(y, w2).astype(np.float32),
                 conv_expected(expected, w2, pads=[0, 1]).astype(np.float32))
-    assert len(calls) == 5
+    assert len(calls) + len(ones) == 5
+
+
+@pytest.mark.parametrize("xs, ws, attrs, read", [
+    ((1, 64, 1), (128, 64, 3), dict(pads=[1, 1]), (1, 2)),     # the VAD's last layer: the centre tap alone reads X
+    ((1, 6, 2), (4, 6, 3), dict(pads=[1, 0]), (1, 3)),
+    ((1, 5, 4), (3, 5, 4), dict(pads=[0, 0]), (0, 4)),         # no padding: every tap
+    ((1, 2, 1), (3, 2, 2), dict(pads=[2, 0], strides=[2]), (2, 2)),         # every tap on the padding: B alone
+])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_conv_im2col_one_position_reads_only_x(xs, ws, attrs, read, with_bias):
+    """One output position, the constant W and B: from the second call one product of W's taps that read
+    X (B as one more column against a 1) with X's values alone: the definition's exact sums, X untouched;
+    a B fed in place of the constant one goes by rows (and adds it), then the constant B again."""
+    x, w = ints(xs), ints(ws)
+    b, other = (ints((ws[0],)), ints((ws[0],))) if with_bias else (None, None)
+    given = x.copy()
+    fn = conv.Convolution(**attrs, constants={1: w, 2: b})
+    expected = conv_expected(x, w, b, **attrs).astype(np.float32)
+    for _ in range(3):
+        assert_same(fn(x, w, b), expected)
+    layout = next(iter(fn.layouts.values()))
+    assert layout.memo["columns"].read[:2] == read
+    assert layout.one_w.shape == (ws[0], (read[1] - read[0]) * xs[1] + with_bias)
+    if with_bias:
+        assert_same(fn(x, w, other), conv_expected(x, w, other, **attrs).astype(np.float32))
+        assert_same(fn(x, w, b), expected)
+    np.testing.assert_array_equal(x, given)
+
+
+def test_conv_im2col_one_position_infinite_weight_on_the_padding():
+    """An infinite tap of the constant W where the one position reads only padding: inf * 0 = NaN as the
+    spec's zero padding has it, so those taps stay in the product (no product over X's taps alone)."""
+    x, w, b = ints((1, 3, 1), lo=1, hi=3), ints((2, 3, 3)), ints((2,))
+    w[0, 1, 0] = np.inf
+    fn = conv.Convolution(pads=[1, 1], constants={1: w, 2: b})
+    for _ in range(2):
+        with np.errstate(invalid="ignore"):
+            y = fn(x, w, b)
+        assert np.isnan(y[0, 0, 0]) and np.isfinite(y[0, 1, 0])
+    assert next(iter(fn.layouts.values())).one_w is None
 
 
 @pytest.mark.parametrize("xs,ws,attrs", [

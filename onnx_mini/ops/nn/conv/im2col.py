@@ -19,14 +19,19 @@ One small image of many channels (`LastColumns`, thresholds.LAST_COLUMNS_*) has 
 channels-last instead, as (pixels, k*C): each window row is then one contiguous run of kw*C values of
 the padded channels-last copy of X, where the NCHW window view copies runs of the output's width (8
 values for a 24x8 output: the copy cost half the product); W's taps are ordered alike (made once for
-a constant W), and BLAS reads the columns transposed, so Y comes out NCHW, contiguous.
+a constant W), and BLAS reads the columns transposed, so Y comes out NCHW, contiguous. So does one
+image of one channel strided along the last axis with long windows (an STFT front end: 512 taps every
+160 samples), where the window view copies single values; unpadded, X is its own channels-last copy.
 
 A 1-D Conv of one group with few output positions (`Rows`) takes its columns as rows of the
 channels-last padded input instead: with W's taps ordered (M, k, C) (made once for a constant W),
 each window of k*C values is a contiguous run of that input, so there is no column copy (only X's
 into the padded buffer), and each output position is one matrix-vector product (OpenBLAS's sgemm
 packs the whole W on every call, which a product with 1-3 columns cannot repay:
-thresholds.ROWS_MAX_OUTPUTS)."""
+thresholds.ROWS_MAX_OUTPUTS). With one output position, the constant W and B (`conv_one`), that
+product runs over the taps reading X alone, B as one more column against a 1: no padded copy, no pass
+for B (the VAD's [1,64,2] -> [1,64,1] and [1,64,1] -> [1,128,1] layers, alternating per call, loaded:
+12-16 -> 10 us and 13-22 -> 12-16 us)."""
 from __future__ import annotations
 
 import math
@@ -44,9 +49,11 @@ class Columns:
     directly in the columns' order (group, Cg, *kernel, *out) over the C-contiguous padded image, so
     its reshape to (1, G, Cg*k, pixels) is the one copy. A strided Conv with large columns gathers
     from the input's stride phases instead (`Phases`), and one group's columns too large for the
-    caches are made band by band in a run that splits its products (`band`: output rows a band)."""
+    caches are made band by band in a run that splits its products (`band`: output rows a band). A
+    narrow 2-D output at stride 1 has them copied by way of the kernel's column shifts (`strips`), in
+    runs of Ho*Wo values rather than of the output's width."""
     __slots__ = ("padded", "inner", "pads", "view_shape", "view_strides", "cols_shape", "dtype", "phases", "band",
-                 "bias_row")
+                 "bias_row", "strips")
 
     def __init__(self, x_shape, dtype, group, kernel, strides, dil, begin, end, out):
         c = x_shape[1]
@@ -72,22 +79,46 @@ class Columns:
                      else None)
         # one group's columns from the window view: a row of ones may follow them for the bias (`biased`)
         self.bias_row = group == 1 and self.phases is None and thresholds.IM2COL_BIAS_ROW
+        # a narrow 2-D output at stride 1: the columns by way of the kernel's column shifts (`_by_strips`)
+        self.strips = None
+        if (len(out) == 2 and all(s == 1 for s in strides) and kernel[0] > 1 and self.band is None
+                and out[1] <= thresholds.IM2COL_STRIPS_MAX_WIDTH):
+            hp = out[0] + (kernel[0] - 1) * dil[0]          # the padded rows the windows read
+            self.strips = ((c, kernel[1], hp, out[1]), (channel * item, dil[1] * item, sizes[1] * item, item),
+                           (c, kernel[0], kernel[1], out[0] * out[1]),
+                           tuple(item * v for v in (kernel[1] * hp * out[1], dil[0] * out[1], hp * out[1], 1)))
 
-    def windows(self, x):
-        """x (1, C, *spatial) in the compute type -> the window view (G, Cg, *kernel, *out) of its padded copy."""
+    def _padded(self, x):
+        """x (1, C, *spatial) in the compute type -> its zero-padded C-contiguous copy (X itself if unpadded)."""
         if self.pads:
             xp = np.zeros(self.padded, dtype=self.dtype)
             xp[self.inner] = x
-        else:
-            xp = x if x.flags.c_contiguous else np.ascontiguousarray(x)
-        return np.ndarray(self.view_shape, self.dtype, xp, 0, self.view_strides)
+            return xp
+        return x if x.flags.c_contiguous else np.ascontiguousarray(x)
+
+    def windows(self, x):
+        """x (1, C, *spatial) in the compute type -> the window view (G, Cg, *kernel, *out) of its padded copy."""
+        return np.ndarray(self.view_shape, self.dtype, self._padded(x), 0, self.view_strides)
+
+    def _by_strips(self, x, cols):
+        """cols (C*k, pixels) <- the columns of a narrow output: the window view would copy them in runs
+        of the output's width; instead each column shift dj of the padded image, cut to the output's
+        width, is copied once (C, Hp, Wo), where window rows (c, di, dj) are runs of Ho*Wo values
+        (thresholds.IM2COL_STRIPS_MAX_WIDTH). The same values in the same order."""
+        shape, strides, cols_shape, cols_strides = self.strips
+        s = np.empty(shape, dtype=self.dtype)
+        s[...] = np.ndarray(shape, self.dtype, self._padded(x), 0, strides)
+        cols.reshape(cols_shape)[...] = np.ndarray(cols_shape, self.dtype, s, 0, cols_strides)
 
     def biased(self, x):
         """x (1, C, *spatial) in the compute type -> one group's columns (C*k + 1, pixels), a row of ones
         last (the window view's copy lands in the first C*k rows, one contiguous block)."""
         k, pixels = self.cols_shape[2:]
         cols = np.empty((k + 1, pixels), dtype=self.dtype)
-        cols[:-1].reshape(self.view_shape)[...] = self.windows(x)
+        if self.strips is not None:
+            self._by_strips(x, cols[:-1])
+        else:
+            cols[:-1].reshape(self.view_shape)[...] = self.windows(x)
         cols[-1] = 1
         return cols
 
@@ -95,6 +126,10 @@ class Columns:
         """x (1, C, *spatial) in the compute type -> its columns (1, G, Cg*k, pixels)."""
         if self.phases is not None:
             return self.phases.columns(x).reshape(self.cols_shape)
+        if self.strips is not None:
+            cols = np.empty(self.cols_shape, dtype=self.dtype)
+            self._by_strips(x, cols.reshape(-1, self.cols_shape[-1]))
+            return cols
         return self.windows(x).reshape(self.cols_shape)      # a copy (a view only when the windows are X itself)
 
 
@@ -269,7 +304,7 @@ def conv_bands(x, w2, columns: Columns, out):
 class Rows:
     """The geometry of a 1-D Conv's one image computed by rows (module doc): the channels-last padded
     input (L + pads, C), where X goes in it, and each output position's window as a run of it."""
-    __slots__ = ("padded", "inner", "pads", "step", "width", "n", "dtype")
+    __slots__ = ("padded", "inner", "pads", "step", "width", "n", "dtype", "read")
 
     def __init__(self, x_shape, dtype, kernel, strides, begin, end, out):
         c, length = x_shape[1], x_shape[2]
@@ -278,6 +313,9 @@ class Rows:
         self.inner = slice(begin[0], begin[0] + length)
         self.pads = bool(begin[0] or end[0])
         self.step, self.width, self.n = strides[0] * c, kernel[0] * c, out[0]
+        # one output position: its taps t0..t1-1 read X's positions t0-begin..t1-begin-1, the others padding
+        t0 = min(kernel[0], begin[0])
+        self.read = (t0, max(t0, min(kernel[0], begin[0] + length)), begin[0]) if out[0] == 1 else None
 
     @staticmethod
     def applies(x_shape, group, kernel, dilations, out) -> bool:
@@ -288,6 +326,28 @@ class Rows:
 def rows_weights(w):
     """W (M, C, k) -> (M, k*C): the taps in the order of a channels-last window."""
     return np.ascontiguousarray(w.transpose(0, 2, 1)).reshape(w.shape[0], -1)
+
+
+def one_weights(w, b, read):
+    """W (M, C, k) and B (M,) or None -> (M, (t1-t0)*C [+ 1]): the taps t0..t1-1 that read X at
+    Rows.read's one output position, channels-last, B as the last column."""
+    t0, t1 = read[:2]
+    wr = w[:, :, t0:t1].transpose(0, 2, 1).reshape(w.shape[0], -1)
+    return np.ascontiguousarray(wr if b is None else np.concatenate([wr, b.reshape(-1, 1).astype(wr.dtype)], axis=1))
+
+
+def conv_one(x, w1, rows: Rows):
+    """One image x (1, C, L) in the compute type with one output position, w1 = one_weights(W, B,
+    rows.read) -> (1, M, 1): one matrix-vector product over the taps that read X, B summed by it
+    against a 1 after them (no padded copy, no pass for B; the caller checked the taps left out are
+    finite: 0 * W there adds nothing)."""
+    t0, t1, begin = rows.read
+    n = (t1 - t0) * x.shape[1]
+    v = np.empty(w1.shape[1], dtype=rows.dtype)
+    v[:n].reshape(t1 - t0, x.shape[1])[...] = x[0, :, t0 - begin:t1 - begin].T
+    if w1.shape[1] > n:
+        v[n] = 1
+    return np.dot(w1, v).reshape(1, -1, 1)
 
 
 def conv_rows(x, wr, rows: Rows, b=None):
@@ -315,13 +375,15 @@ class LastColumns:
     channels-last copy of X (*padded, C), and its window view (*out, *kernel[:-1], kw*C), each window
     row one contiguous run of kw*C values (dilation 1 along the last axis), copied into the columns
     (pixels, k*C [+ 1 for the bias's ones])."""
-    __slots__ = ("padded", "inner", "view_shape", "view_strides", "k", "pixels", "dtype")
+    __slots__ = ("padded", "inner", "view_shape", "view_strides", "k", "pixels", "dtype", "as_is")
 
     def __init__(self, x_shape, dtype, kernel, strides, dil, begin, end, out):
         c = x_shape[1]
         sizes = [s + b + e for s, b, e in zip(x_shape[2:], begin, end)]
         self.dtype = np.dtype(np.float32) if np.dtype(dtype) in UPCAST else np.dtype(dtype)
         self.padded = (*sizes, c)
+        # one channel, no padding: X is its own channels-last copy (an STFT front end's samples)
+        self.as_is = c == 1 and not any(begin) and not any(end)
         self.inner = (*(slice(b, b + s) for b, s in zip(begin, x_shape[2:])), slice(None))
         steps = [c * math.prod(sizes[d + 1:]) for d in range(len(sizes))]   # element strides of the axes
         item = self.dtype.itemsize
@@ -332,13 +394,16 @@ class LastColumns:
         self.pixels = math.prod(out)
 
     @staticmethod
-    def applies(x_shape, group, kernel, dil, out) -> bool:
+    def applies(x_shape, group, kernel, strides, dil, out) -> bool:
         """One image, one group, more than one tap along the last axis at dilation 1 (a window row of
-        one tap is one strided copy in the window view too), enough channels for the window rows' runs
-        and few enough output pixels (thresholds.LAST_COLUMNS_*)."""
+        one tap is one strided copy in the window view too), and either enough channels for the window
+        rows' runs and few enough output pixels, or one channel strided along the last axis (where the
+        window view copies single values) with enough taps along it (thresholds.LAST_COLUMNS_*)."""
         return (x_shape[0] == 1 and group == 1 and len(x_shape) >= 3 and kernel[-1] > 1 and dil[-1] == 1
-                and x_shape[1] >= thresholds.LAST_COLUMNS_MIN_CHANNELS
-                and math.prod(out) <= thresholds.LAST_COLUMNS_MAX_PIXELS)
+                and ((x_shape[1] >= thresholds.LAST_COLUMNS_MIN_CHANNELS
+                      and math.prod(out) <= thresholds.LAST_COLUMNS_MAX_PIXELS)
+                     or (x_shape[1] == 1 and strides[-1] > 1
+                         and kernel[-1] >= thresholds.LAST_COLUMNS_ONE_CHANNEL_MIN_TAPS)))
 
 
 def last_weights(w):
@@ -350,8 +415,11 @@ def conv_last(x, wl, last: LastColumns, out):
     """One image x (1, C, *spatial) in the compute type, wl = last_weights(W) (M, k*C) or with B as one
     more column (pointwise.bias_column) -> (1, M, *out), contiguous: Wl @ columns^T, the bias summed by
     the product against a column of ones when wl holds it (BLAS reads the columns transposed, no copy)."""
-    xp = np.zeros(last.padded, dtype=last.dtype)
-    xp[last.inner] = np.moveaxis(x[0], 0, -1)
+    if last.as_is:
+        xp = np.ascontiguousarray(x).reshape(last.padded)
+    else:
+        xp = np.zeros(last.padded, dtype=last.dtype)
+        xp[last.inner] = np.moveaxis(x[0], 0, -1)
     cols = np.empty((last.pixels, wl.shape[1]), dtype=last.dtype)
     view = np.ndarray(last.view_shape, last.dtype, xp, 0, last.view_strides)
     if wl.shape[1] == last.k:

@@ -7,7 +7,8 @@ the model (never in a process-wide cache):
   any will: a 7x7 layer never does, and keeping it would cost 16/9 of W);
 - the banded matrices and the depthwise einsum's tiled weights: once per input shape (they depend
   on its output width);
-- W's taps in a channels-last window's order (im2col.rows_weights): on the first run by rows;
+- W's taps in a channels-last window's order (im2col.rows_weights): on the first run by rows, and
+  with one output position those reading X with B as a column (im2col.one_weights), once per shape;
 - W as one image's im2col multiplies it, B as one more column (`_biased`): its taps in a channels-last
   window's order (im2col.last_weights) on the first run with channels-last columns, as they are on
   the first with the bias row;
@@ -67,7 +68,10 @@ class Convolution:
             layout = self._plan(key, x, w, b, shuffle)
         elif layout.rows_w is not None and w is self.w:     # a shape seen: by rows with the constant W
             self.algorithms[key[0]] = "im2col"
-            y = im2col.conv_rows(x, layout.rows_w, layout.memo["columns"], b)
+            if layout.one_w is not None and b is self.b:     # (and B: one product over X's taps)
+                y = im2col.conv_one(x, layout.one_w, layout.memo["columns"])
+            else:
+                y = im2col.conv_rows(x, layout.rows_w, layout.memo["columns"], b)
             if epilogue is not None:
                 epilogue(y, 0, 1)
             return y
@@ -95,6 +99,8 @@ class Convolution:
                 y = im2col.conv_rows(x, wr, columns, b)
                 if constant and dtype not in UPCAST:      # later calls of this shape go straight here
                     layout.rows_w = wr
+                    if columns.read is not None and given_b is self.b and _skipped_finite(w, columns.read):
+                        layout.one_w = im2col.one_weights(w, b, columns.read)
             elif columns.__class__ is im2col.LastColumns:  # (B summed by the product)
                 y = im2col.conv_last(x, self._biased("last", given_w, given_b, x.dtype, constant), columns, out)
             elif b is not None and columns.bias_row and (columns.band is None or not blas.splitting()):
@@ -201,11 +207,12 @@ class _Layout:
     run that leaves its products whole (`whole`) and in one that splits them (`split`: select's
     `splitting`), and the algorithm's own per-shape state (memo), which holds the constant W's
     per-shape transforms."""
-    __slots__ = ("geometry", "whole", "split", "memo", "rows_w")
+    __slots__ = ("geometry", "whole", "split", "memo", "rows_w", "one_w")
 
     def __init__(self, geometry, whole, split):
         self.geometry, self.whole, self.split, self.memo = geometry, whole, split, {}
         self.rows_w = None      # the constant W's taps once a call went by rows (no check left to make)
+        self.one_w = None       # ... and with one output position, the taps reading X with the constant B
 
     def keep(self, constant: bool, key, make):
         """make(), kept in memo under key when it transforms the Conv's constant W."""
@@ -232,12 +239,19 @@ def _columns(layout, x, group):
         kernel, strides, dil, begin, end, out = layout.geometry
         if im2col.Rows.applies(x.shape, group, kernel, dil, out):
             columns = im2col.Rows(x.shape, x.dtype, kernel, strides, begin, end, out)
-        elif im2col.LastColumns.applies(x.shape, group, kernel, dil, out):
+        elif im2col.LastColumns.applies(x.shape, group, kernel, strides, dil, out):
             columns = im2col.LastColumns(x.shape, x.dtype, kernel, strides, dil, begin, end, out)
         else:
             columns = im2col.Columns(x.shape, x.dtype, group, kernel, strides, dil, begin, end, out)
         layout.memo["columns"] = columns
     return columns
+
+
+def _skipped_finite(w, read) -> bool:
+    """Whether W's taps outside read[:2] (those multiplying only padding: 0 * W there must add nothing,
+    not an inf * 0 = NaN) are finite."""
+    t0, t1 = read[:2]
+    return finite(w[:, :, :t0]) and finite(w[:, :, t1:])
 
 
 def _transformable(w, group) -> bool:

@@ -57,9 +57,25 @@ LAST_COLUMNS_MIN_CHANNELS = 32           # one image: columns gathered channels-
                                          # only: 1x1 /2 512x28x28 -> 1024 lost 3.1 -> 4.0 ms (X transposed whole)
 LAST_COLUMNS_MAX_PIXELS = 256            # ... up to this many output pixels: 64x16x16 -> 128 0.95, 32x16x16 -> 64
                                          # 0.96, 128x28x28 /2 (196) 0.89 / 0.77; lost at 32x32x32 -> 64 (886 -> 998 us)
+LAST_COLUMNS_ONE_CHANNEL_MIN_TAPS = 64   # one image of one channel strided along the last axis (the window view
+                                         # copies single values): columns channels-last too, at any pixel count, from
+                                         # this many taps along it (split / native mode, loaded and idle): 512/160 ->
+                                         # 514 x297 2.38 -> 2.11 / 1.45 -> 1.34 ms, 512/256 x1875 10.3 -> 8.4 (split);
+                                         # 400/160 -> 64 x998 1.41 -> 1.02 / 1.06 -> 0.64 ms; 2-D 3x128 /1x64 -> 32
+                                         # 92 -> 79 / 161 -> 102 us; ties: the wakeword's STFT 512/160 -> 514 x97
+                                         # (0.93-1.09 of the time), 400/160 -> 64 x97 (0.68-1.18), 16-64 taps
+                                         # (0.83-1.10); 2-4 channels lost (1-D 64/32 x2 channels 60 -> 112 us, 32/16
+                                         # x4 69 -> 71-97: X transposed)
 IM2COL_BIAS_ROW = True                   # one image, one group, no phases: B summed by the product (a row of ones
                                          # after the columns), no pass over Y: 1x97x32 -> 16 (+ Relu) 73 -> 63 us,
                                          # 16x48x16 -> 32 258 -> 247, 3x64x64 -> 32 396 -> 348, 8x64x64 -> 16 307 -> 289
+IM2COL_STRIPS_MAX_WIDTH = 20             # 2-D stride 1: columns by way of the column shifts up to this output width
+                                         # (the gather alone, one image, 3x3 pad 1: 16x48x16 52-64 -> 37 us, 8x32x16
+                                         # 24 -> 16, 16x32x12 36 -> 24, 4x64x8 24 -> 19, 24x48x16 100 -> 66, 8x96x20
+                                         # 82 -> 64; ties 16x16x16 22 / 24, 16x24x24 35 / 33, 1x97x32 11 / 11; lost
+                                         # 8x64x64 57 -> 66, 3x64x64 32 -> 37. The Conv + Relu, split mode, median of
+                                         # 16 alternating blocks: 16x48x16 -> 32 0.87 of the time, 8x32x16 -> 16 0.92,
+                                         # 24x48x16 -> 48 0.95, 16x16x16 -> 32 0.93)
 PHASES_MIN_COLUMN_BYTES = 320 << 10      # strided im2col from the stride phases (3x3 /2, columns only, loaded): won from
                                          # 324 KB (16x48x48 79 -> 68 us, 48x28x28 130 -> 120, 16x56x56 124 -> 109,
                                          # 3x224x224 174 -> 104), tied at 288 KB (8x64x64), lost at 225 KB (16x40x40 57 -> 69)
