@@ -138,6 +138,7 @@ def walk(request, monkeypatch):
     """The rows walked at once, in chunks of a few rows, or in chunks spread over the threads."""
     if request.param != "one chunk":
         monkeypatch.setattr(forest_module, "_CHUNK", 64)
+        monkeypatch.setattr(forest_module, "_TOP_CHUNK", 64)     # many rows' top levels: 8 rows a chunk
     if request.param == "chunks on threads":
         monkeypatch.setattr(forest_module, "_PARALLEL_STEPS", 1)
     return request.param
@@ -361,3 +362,31 @@ def test_classifier_one_row_single_mode_without_missing_value_tracks(monkeypatch
     top = max(a["nodes_featureids"])
     with pytest.raises(KernelError, match=f"reads feature {top} but X has {top} features"):
         run_node("TreeEnsembleClassifier", 3, [x[:1, :top]], 2, domain=ML, **attrs)
+
+
+@pytest.mark.parametrize("modes", [["BRANCH_LEQ"], ["BRANCH_GT"], MODES])
+@pytest.mark.parametrize("tracks", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows", [8, 13, 64])
+@pytest.mark.parametrize("how", ["SUM", "AVERAGE"])
+def test_many_rows_top_levels_match_the_reference(walk, monkeypatch, modes, tracks, dtype, rows, how):
+    # from _TOP_MIN_ROWS rows on, trees no deeper than the top levels with one value per node are scored
+    # by Forest._top_scores (eight rows' codes per uint64, rows padded to a multiple of 8): the one
+    # comparison alone (one mode, no missing_value_tracks_true) or the full test (mixed modes, NaN
+    # overrides), in one chunk, chunks of 8 rows, on threads; rows below the threshold take the walk
+    k = 3
+    a = random_forest(rows + len(modes) + tracks, 15, 3, modes, k, "tree")
+    if not tracks:
+        a["nodes_missing_value_tracks_true"] = [0] * len(a["nodes_modes"])
+    attrs = regressor(a, k, how, [0.5, -1.25, 2.0])
+    x = features(rows + 3, rows, dtype)
+    expected = (reference_scores(a, x, k, how) + attrs["base_values"]).astype(np.float32)
+    calls = []
+    top_scores = forest_module.Forest._top_scores
+    monkeypatch.setattr(forest_module.Forest, "_top_scores", lambda *args: calls.append(1) or top_scores(*args))
+    np.testing.assert_array_equal(run_node("TreeEnsembleRegressor", 3, [x], domain=ML, **attrs), expected)
+    assert calls == [1]
+    few = forest_module._TOP_MIN_ROWS - 1
+    np.testing.assert_array_equal(run_node("TreeEnsembleRegressor", 3, [x[:few]], domain=ML, **attrs),
+                                  expected[:few])
+    assert calls == [1]                                # (the level walk)

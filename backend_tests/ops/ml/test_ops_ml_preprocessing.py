@@ -571,3 +571,42 @@ def test_zipmap_errors():
         onnx_mini.prepare(zipmap_model(classlabels_strings=["a"], classlabels_int64s=[1]))
     with raises_naming_node(InvalidNodeError, "repeat a label"):
         onnx_mini.prepare(zipmap_model(classlabels_int64s=[1, 1]))
+
+
+@pytest.mark.parametrize("labels", [[3, -1], ["a", "b", "c"], list(range(16)), [f"c{j}" for j in range(17)]])
+def test_zipmap_many_rows(labels):
+    # many rows: one dict per row, keys the labels in their order, values the row's Python floats (up
+    # to 16 labels through a dict display written for their count, beyond through zip per row)
+    rng = np.random.default_rng(len(labels))
+    x = rng.standard_normal((50, len(labels))).astype(F32)
+    out = onnx_mini.prepare(zipmap_model(**{"classlabels_strings" if isinstance(labels[0], str)
+                                            else "classlabels_int64s": labels})).run([x])[0]
+    assert len(out) == 50
+    for d, row in zip(out, x):
+        assert list(d) == labels
+        assert [v for v in d.values()] == [float(v) for v in row]
+        assert all(type(v) is float for v in d.values())
+    assert out[0] is not out[1]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("k", [1, 2, 3, 5, 7, 8, 9])
+def test_row_reduce_is_numpys_reduction(dtype, k):
+    # rows of few columns are summed / maxed column by column, left to right: the bits of numpy's
+    # reductions over each row (sums of non-negative values; a NaN propagates), across magnitudes
+    from onnx_mini.ops.ml._common import row_reduce
+    rng = np.random.default_rng(k)
+    s = (rng.standard_normal((3000, k)) * 10.0 ** rng.uniform(-8, 8, (3000, k))).astype(dtype)
+    s[rng.random(s.shape) < 0.01] = np.nan
+    for ufunc, v in ((np.add, np.abs(s)), (np.maximum, s)):
+        got = row_reduce(ufunc, v)
+        assert got.shape == (3000, 1) and got.dtype == dtype
+        np.testing.assert_array_equal(got, ufunc.reduce(v, axis=1, keepdims=True))
+    np.testing.assert_array_equal(row_reduce(np.add, np.abs(s[:1])), np.abs(s[:1]).sum(axis=1, keepdims=True))
+
+
+def test_normalizer_many_narrow_rows():
+    # 200 rows of 3 (the column-by-column reductions): each row of NORM_X's cases, repeated
+    x = np.tile(f32(NORM_X), (200, 1))
+    for norm in ("MAX", "L1"):
+        assert_same(ml("Normalizer", [x], norm=norm), np.tile(f32(NORM_CASES[norm]), (200, 1)))

@@ -8,6 +8,7 @@
   the labels of argmax indices: label_picker
 - the input as a [N, F] matrix in the type the math runs in: features_2d
 - one row's top class and SOFTMAX on Python floats (batch 1): row_top_softmax
+- a sum or max over each row of few columns, column by column: row_reduce
 """
 from __future__ import annotations
 
@@ -79,10 +80,30 @@ def _softmax(s: np.ndarray) -> np.ndarray:
         np.exp(e, out=e)
         e /= e.sum()
         return e
-    e = s - s.max(axis=1, keepdims=True)
+    e = s - row_reduce(np.maximum, s)
     np.exp(e, out=e)
-    e /= e.sum(axis=1, keepdims=True)
+    e /= row_reduce(np.add, e)
     return e
+
+
+# Rows of fewer than this many values are reduced column by column (row_reduce): numpy adds fewer than
+# 8 values of a row left to right (its pairwise-sum block), as the columns are added here, the same bits
+# (tested), and a max is exact in any order. [1000, 3] float32: max 44 -> 3.3 us, sum 21 -> 2.7 us
+# (fastest calls, under load)
+_NARROW = 8
+
+
+def row_reduce(ufunc, s: np.ndarray) -> np.ndarray:
+    """ufunc (np.add, np.maximum) reduced over each row of s [N, K]: [N, 1], as ufunc.reduce(s, axis=1,
+    keepdims=True) computes it, except that a sum of zeros may be -0.0 where numpy's is 0.0 (sums of
+    non-negative values only, then)."""
+    k = s.shape[1]
+    if not 2 <= k < _NARROW or s.shape[0] < 2:
+        return ufunc.reduce(s, axis=1, keepdims=True)
+    out = ufunc(s[:, 0:1], s[:, 1:2])
+    for j in range(2, k):                          # (the columns: fewer than _NARROW)
+        ufunc(out, s[:, j:j + 1], out=out)
+    return out
 
 
 def _softmax_zero(s: np.ndarray) -> np.ndarray:

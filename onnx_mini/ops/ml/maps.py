@@ -143,6 +143,7 @@ def zip_map_1(*, classlabels_int64s=None, classlabels_strings=None):
         raise ValueError(f"the class labels {labels} repeat a label")
     n = len(labels)
     one_row = (1, n)
+    dicts = _row_dicts(labels)
 
     def run(x):
         if x.shape == one_row:                  # batch 1: no checks, no row loop (1.1 -> 0.8 us, 3 labels)
@@ -152,5 +153,27 @@ def zip_map_1(*, classlabels_int64s=None, classlabels_strings=None):
         rows = x.reshape(1, -1) if x.ndim == 1 else x
         if rows.shape[1] != n:
             raise InvalidValueError(f"X has {rows.shape[1]} columns but there are {n} class labels")
-        return [dict(zip(labels, r)) for r in rows.tolist()]
+        return dicts(rows)
     return run
+
+
+# up to this many labels, rows become dicts through a dict display written for their count: 1000 rows
+# of 3 labels 490 -> 210 us against dict(zip(labels, row)) per row (fastest calls, under load)
+_DISPLAY_LABELS = 16
+
+
+def _row_dicts(labels: list):
+    """fn(rows [N, C]) -> one dict {labels[j]: row[j]} per row (Python floats). Up to _DISPLAY_LABELS labels,
+    a comprehension with a dict display of C entries (compiled here from the count alone: the labels
+    are bound as arguments, never written into the source) over the columns zipped into rows."""
+    n = len(labels)
+    if n == 0 or n > _DISPLAY_LABELS:
+        return lambda rows: [dict(zip(labels, r)) for r in rows.tolist()]
+    keys = ", ".join(f"k{j}" for j in range(n))
+    values = ", ".join(f"v{j}" for j in range(n))
+    entries = ", ".join(f"k{j}: v{j}" for j in range(n))
+    source = (f"def make({keys}):\n"
+              f"    return lambda rows: [{{{entries}}} for {values}, in zip(*rows.T.tolist())]\n")
+    scope = {}
+    exec(compile(source, "<zipmap rows>", "exec"), scope)
+    return scope["make"](*labels)
