@@ -471,29 +471,11 @@ def fused_attention(*, scale=1.0, divide=0, transpose_k=0):
     factors = {dt: np.array(c, dt) for dt in _INPLACE}
     other_softmax = along_axis(softmax, -1, SOFTMAX_VIA_F32)      # Softmax-13's kernel
     mm = matmul_1()
-    split = 2 * blas.MIN_PART_MACS
 
     def run(q, k, v, mask=None):
         if transpose_k:
             k = k.swapaxes(-1, -2)
         dt = q.dtype
-        if (mask is None and q.ndim == 2 and k.ndim == 2 and v.ndim == 2 and dt in _INPLACE and k.dtype == dt
-                and v.dtype == dt and q.shape[1] == k.shape[0] and k.shape[1] == v.shape[0]
-                and q.size * k.shape[1] < split and q.shape[0] * k.shape[1] * v.shape[1] < split):
-            # matrices without a mask (a decoder's one query: [1, 256] x [256, 50] x [50, 256]): the general
-            # path's operations in its order, without its calls (old and new kernels called in turn, medians
-            # under load: 9.15 -> 8.97 us; 27.4 -> 26.9 with the caches flushed before each call, as a
-            # decoder step's weights flush them)
-            scores = np.dot(q, k)
-            if divide:
-                scores /= factors[dt]
-            elif c != 1.0:
-                scores *= factors[dt]
-            if scores.size:
-                total, y = _exp_sums_dot(scores, v)
-                if _softmax_sums_safe(total):
-                    y /= total.reshape(()) if total.size == 1 else total
-                    return y
         checked = dt in _INPLACE and k.dtype == dt and v.dtype == dt and q.ndim > 1 and k.ndim > 1
         # checked: MatMul's products without its kernel's per-call type checks
         product = _attention_product if checked else mm
@@ -539,13 +521,6 @@ def _exp_sum_product(scores: np.ndarray, v: np.ndarray, product):
     """exp(scores) in place, -> (its row sums, its product with v)."""
     np.exp(scores, out=scores)
     return last_axis_sums(scores), product(scores, v)
-
-
-@fp_errors_ignored(over="ignore", invalid="ignore")     # an overflow takes the shifted path
-def _exp_sums_dot(scores: np.ndarray, v: np.ndarray):
-    """_exp_sum_product of two matrices below blas's split size (its product: np.dot)."""
-    np.exp(scores, out=scores)
-    return last_axis_sums(scores), np.dot(scores, v)
 
 
 def _scaled_masked(scores: np.ndarray, dt: np.dtype, divide: int, c: float, factor, mask) -> np.ndarray:

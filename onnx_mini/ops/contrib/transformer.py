@@ -237,6 +237,17 @@ def _rotation_tables(cos: np.ndarray, sin: np.ndarray, interleaved: int):
     return c, s, swap
 
 
+def _rotated(rows: np.ndarray, c: np.ndarray, sn: np.ndarray, swap: np.ndarray, interleaved: int) -> np.ndarray:
+    """rows (..., size) rotated by _rotation_tables' C and S rows (broadcast against them): rows * C +
+    rows[..., swap] * S, a new array (the halves exchanged by slices where not interleaved: faster)."""
+    d = rows.shape[-1]
+    swapped = rows[..., swap] if interleaved else np.concatenate((rows[..., d // 2:], rows[..., :d // 2]), axis=-1)
+    swapped *= sn
+    out = np.multiply(rows, c)
+    out += swapped
+    return out
+
+
 def _gather_cache(cache: np.ndarray, pos: np.ndarray, what: str, bounds=None) -> np.ndarray:
     """cache's rows at pos; bounds: (lowest, highest) position when the caller knows them."""
     if cache.ndim != 2:
@@ -629,10 +640,7 @@ def _one_token_step(n: int, nk: int, scale, tables, interleaved: int):
         if tables is not None:                                        # x * C + swapped x * S (_rotation_tables)
             if width != d or p >= tables[0].shape[0]:
                 return None
-            swapped = qk[:, tables[2]] if interleaved else np.concatenate((qk[:, d // 2:], qk[:, :d // 2]), axis=1)
-            swapped *= tables[1][p]
-            qk = np.multiply(qk, tables[0][p])
-            qk += swapped
+            qk = _rotated(qk, tables[0][p], tables[1][p], tables[2], interleaved)
         rows = max(n_buf, int(total_sequence_length.reshape(-1)[0]))
         present_k = _full_cache(past_key, qk[n:].reshape(1, nk, 1, d), p, rows)
         present_v = _full_cache(past_value, v_new.reshape(1, nk, 1, d), p, rows)
@@ -788,12 +796,7 @@ def group_query_attention_1(*, num_heads, kv_num_heads, causal=1, do_rotary=0, k
                 c = _f(_gather_cache(tables[0], p, "cos_cache", bounds), ct)[:, :, None]
                 sn = _f(_gather_cache(tables[1], p, "sin_cache", bounds), ct)[:, :, None]
                 rows = qf[..., :(n + nk) * head].reshape(b, s, n + nk, head)
-                swapped = rows[..., tables[2]] if rotary_interleaved else \
-                    np.concatenate((rows[..., head // 2:], rows[..., :head // 2]), axis=-1)   # (slices: faster)
-                swapped *= sn
-                qk = np.multiply(rows, c)
-                qk += swapped
-                qk = qk.transpose(0, 2, 1, 3)
+                qk = _rotated(rows, c, sn, tables[2], rotary_interleaved).transpose(0, 2, 1, 3)
                 q, k = qk[:, :n], qk[:, n:]
             else:
                 cos = _f(_gather_cache(cos_cache, p, "cos_cache", bounds), ct)   # the rows, then the compute type

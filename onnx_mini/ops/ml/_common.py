@@ -94,15 +94,15 @@ _NARROW = 8
 
 
 def row_reduce(ufunc, s: np.ndarray) -> np.ndarray:
-    """ufunc (np.add, np.maximum) reduced over each row of s [N, K]: [N, 1], as ufunc.reduce(s, axis=1,
-    keepdims=True) computes it, except that a sum of zeros may be -0.0 where numpy's is 0.0 (sums of
-    non-negative values only, then)."""
-    k = s.shape[1]
-    if not 2 <= k < _NARROW or s.shape[0] < 2:
-        return ufunc.reduce(s, axis=1, keepdims=True)
-    out = ufunc(s[:, 0:1], s[:, 1:2])
+    """ufunc (np.add, np.maximum) reduced over the last axis of s [..., K] (K kept as 1), as
+    ufunc.reduce(s, axis=-1, keepdims=True) computes it, except that a sum of zeros may be -0.0 where
+    numpy's is 0.0 (sums of non-negative values only, then)."""
+    k = s.shape[-1] if s.ndim else 0
+    if not 2 <= k < _NARROW or s.size < 2 * k:
+        return ufunc.reduce(s, axis=-1, keepdims=True)
+    out = ufunc(s[..., 0:1], s[..., 1:2])
     for j in range(2, k):                          # (the columns: fewer than _NARROW)
-        ufunc(out, s[:, j:j + 1], out=out)
+        ufunc(out, s[..., j:j + 1], out=out)
     return out
 
 

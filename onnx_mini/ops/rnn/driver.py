@@ -258,26 +258,12 @@ def recurrent(op, cell, *, direction, layout, hidden_size, activations, activati
         if w.bias is not None:
             np.add(xp, w.bias, xp)
         Y = np.empty((1, 1, Bn, H), ct)
-        y = Y[0, 0]
-        h = np.zeros((Bn, H), ct) if initial_h is None else _first(initial_h, layout, ct)
+        h, c = initial_states(Bn, H, ct, initial_h, initial_c)
+        cn = None if c is None else np.empty((Bn, H), ct)
         step = steps.take(w, Bn, False, 0)
-        if cell.has_cell:
-            c = np.zeros((Bn, H), ct) if initial_c is None else _first(initial_c, layout, ct)
-            Y_c = np.empty((1, Bn, H), ct)
-            step(xp, h, y, c, Y_c[0])
-        else:
-            Y_c = None
-            step(xp, h, y, None, None)
+        step(xp, h, Y[0, 0], c, cn)
         steps.give(w, Bn, False, 0, step)
-        # Y_h a copy of Y's slot; Y_c the run's own buffer
-        if layout == 0:
-            outs = (Y, Y[0].copy(), Y_c)
-        else:
-            outs = (Y.transpose(2, 0, 1, 3), y[:, None].copy(), None if Y_c is None else Y_c.transpose(1, 0, 2))
-        outs = outs[:n_outputs]
-        if ct != w.dtype:
-            outs = tuple(None if v is None else v.astype(w.dtype) for v in outs)
-        return outs
+        return last_outputs(Y, Y[0, 0], cn, w)
 
     def one_direction(xp, T, Bn, w, initial_h, initial_c):
         """run's steps from the projection xp [T*B, G*H] for one direction in the row form, every sequence
@@ -287,10 +273,7 @@ def recurrent(op, cell, *, direction, layout, hidden_size, activations, activati
         T=1 32 -> 27, T=12 209 -> 189, with the 2-D bias and the 0-d halves)."""
         H, ct = w.H, w.ct
         Y = np.empty((T, 1, Bn, H), ct)
-        h = np.zeros((Bn, H), ct) if initial_h is None else _first(initial_h, layout, ct)
-        c = None
-        if cell.has_cell:
-            c = np.zeros((Bn, H), ct) if initial_c is None else _first(initial_c, layout, ct)
+        h, c = initial_states(Bn, H, ct, initial_h, initial_c)
         step = steps.take(w, Bn, False, 0)
         GH = xp.shape[1]
         xs = xp.reshape(T, Bn, GH) if layout == 0 else xp.reshape(Bn, T, GH).transpose(1, 0, 2)
@@ -303,13 +286,25 @@ def recurrent(op, cell, *, direction, layout, hidden_size, activations, activati
             cs = (c, pair[0], pair[1])
         h, c = _loop(step, xs, ys, h, cs, None, None)
         steps.give(w, Bn, False, 0, step)
-        # Y_h a copy (h is Y's last step); Y_c is the run's own buffer (T >= 1)
+        return last_outputs(Y, h, c, w)
+
+    def initial_states(Bn, H, ct, initial_h, initial_c):
+        """The one direction's h (and c for LSTM, else None) [B, H] to start from, in the compute type."""
+        h = np.zeros((Bn, H), ct) if initial_h is None else _first(initial_h, layout, ct)
+        c = None
+        if cell.has_cell:
+            c = np.zeros((Bn, H), ct) if initial_c is None else _first(initial_c, layout, ct)
+        return h, c
+
+    def last_outputs(Y, h, c, w):
+        """Y [T, 1, B, H], and the last step's h (a slot of Y: copied) and c (the run's own buffer) as
+        Y_h and Y_c, in `layout` and the model's type."""
         if layout == 0:
             outs = (Y, h[None].copy(), None if c is None else c[None])
         else:
             outs = (Y.transpose(2, 0, 1, 3), h[:, None].copy(), None if c is None else c[:, None])
         outs = outs[:n_outputs]
-        if ct != w.dtype:
+        if w.ct != w.dtype:
             outs = tuple(None if v is None else v.astype(w.dtype) for v in outs)
         return outs
     return run
