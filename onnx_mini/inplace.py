@@ -27,6 +27,7 @@ from typing import Callable
 
 import numpy as np
 
+from . import memory
 from .plan import Plan
 
 # Below this many elements a new array costs no more than the checks (numpy reuses small blocks).
@@ -88,7 +89,8 @@ def _free(a) -> bool:
         return True
     base = a.base
     return (base.__class__ is np.ndarray and base.flags.owndata and base.nbytes == a.nbytes
-            and base_held <= max_base_held)
+            and (base_held <= max_base_held              # a recycled buffer: its pool's one reference more
+                 or base_held == max_base_held + 1 and memory.recycled(base)))
 
 
 def wrap(in_place: Callable, regular: Callable, donated: tuple[int, ...], n_inputs: int) -> Callable:

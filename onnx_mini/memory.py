@@ -1,5 +1,5 @@
-"""Memory for model runs: large layer outputs in recycled buffers (empty(), below) and, only if the
-user asks, glibc's malloc tuned for the way a run allocates (tune_malloc()).
+"""Memory for model runs: the kernels' large arrays in recycled buffers (empty(), zeros(), below) and,
+only if the user asks, glibc's malloc tuned for the way a run allocates (tune_malloc()).
 
 ONNX_MINI_MALLOC chooses, read at import:
 - unset or "recycle" (the default): recycled large buffers; malloc is left alone.
@@ -19,9 +19,10 @@ one, as an arena allocator's would. But mallopt sets it for the whole process, f
 of the host (a web server, a notebook) as well, and for good: so it is opt-in, never a side effect
 of running a model. Only with glibc (elsewhere tune_malloc() returns False).
 
-Recycled buffers stay on by default: they change no process setting, only onnx_mini's own large
-outputs (32 MB and more) come from them, and the memory they hold between runs is onnx_mini's, as an
-onnxruntime arena's would be; release() gives back what no array uses, held_bytes() tells the rest.
+Recycled buffers stay on by default: they change no process setting, only the large arrays onnx_mini's
+kernels allocate (256 KB and more) come from them, and the memory they hold between runs is
+onnx_mini's, as an onnxruntime arena's would be; release() gives back what no array uses,
+held_bytes() tells the rest. With them, tuning malloc gains little more (below).
 """
 from __future__ import annotations
 
@@ -70,68 +71,122 @@ def tuned() -> bool:
     return _tuned[0]
 
 
-def tune_once() -> None:
-    """At the start of every run: tune malloc the first time, if ONNX_MINI_MALLOC=tuned."""
+# -- recycled buffers: onnx_mini's arena ---------------------------------------------------------------
+# A run allocates and frees the same large temporaries (padded inputs, im2col columns, layer outputs)
+# run after run. Left to glibc with its settings untouched, they fault in fresh pages on every run:
+# blocks over its (adaptive) mmap threshold come from a fresh mmap, and freeing the heap's top gives it
+# back to the system (the trim threshold adapts to twice the largest block freed), so the next run's
+# growth faults again; on this VM a fault costs about a microsecond per 4 KB. The default-mode runs
+# faulted 1200 times (the QDQ MobileNet, 7.4 against 3.5 ms with malloc tuned) and 3100 times (the
+# U-Net, 30-33 against 16-19 ms). Batches fault more: ResNet-50 at batch 32 faulted in ~1.3 GB a run.
+# So the kernels take their large per-run arrays from empty() / zeros() below, which hand out a
+# buffer no array uses any more (its only reference the pool's), of the very size first, else the
+# smallest free one up to twice the size: a run repeating the previous one's sizes allocates nothing.
+# Buffers neither this run nor the last handed out go back at the next miss (a new size), so a model
+# whose shapes change does not pile up old ones, and two models run in turn keep theirs; release()
+# gives back every free buffer. What is held between runs is onnx_mini's, as an onnxruntime arena's
+# would be; ONNX_MINI_MALLOC=off switches all of this off (plain np.empty).
+
+RECYCLE = MALLOC not in ("off", "default")
+# Smaller blocks come from malloc's bins and are reused without faults (the faults above came from
+# arrays of 0.6-10 MB; 64 KB and 1 MB thresholds gave the U-Net the same faults per run as 256 KB).
+RECYCLE_MIN_BYTES = 256 << 10
+_free_lock = threading.Lock()
+_by_size: dict = {}          # nbytes -> [[1-D uint8 buffer, generation it was last handed out in], ...]
+_generation = [0]            # runs begun in this process (begin_run)
+
+
+def begin_run() -> None:
+    """At the start of every run: a new generation of the recycled buffers; malloc tuned the first
+    time if ONNX_MINI_MALLOC=tuned."""
+    _generation[0] += 1
     if not _done[0]:
         tune_malloc()
 
 
-# -- recycled large buffers -------------------------------------------------------------------------
-# Blocks over MMAP_THRESHOLD always get a fresh mmap from glibc, which the kernel zero-fills page by
-# page: a batch of 32 through ResNet-50 faulted in ~1.3 GB per run (0.1-0.4 s of system time in a
-# 2 s run). Layer outputs of that size come from empty() below instead, which hands out a buffer an
-# earlier output no longer uses: 63 -> 55 ms per image at batch 32. The buffers stay allocated between
-# runs, as an arena's would (release() gives them back); ONNX_MINI_MALLOC=off switches this off.
-
-RECYCLE = MALLOC not in ("off", "default")
-RECYCLE_MIN_BYTES = MMAP_THRESHOLD          # smaller blocks: malloc may serve them from its heap
-_free_lock = threading.Lock()
-_buffers: list = []                          # 1-D uint8 arrays, most recently handed out first
-
-
-def empty(shape, dtype):
+def empty(shape, dtype=np.float64) -> np.ndarray:
     """np.empty(shape, dtype), in a recycled buffer when it is large (see above)."""
     dtype = np.dtype(dtype)
+    if type(shape) is int:
+        shape = (shape,)
     nbytes = dtype.itemsize
     for d in shape:
         nbytes *= d
     if nbytes < RECYCLE_MIN_BYTES or not RECYCLE or dtype.hasobject:    # objects: not from raw bytes
         return np.empty(shape, dtype)
     with _free_lock:
-        for k in range(len(_buffers)):
-            if nbytes <= _buffers[k].size <= 2 * nbytes and _refs(_buffers, k) == _FREE_REFS:
-                buf = _buffers.pop(k)
-                break
-        else:
-            # A miss: the free buffers did not fit, give them back; what stays is in use. A run that
-            # repeats the previous one's sizes then misses nothing and holds no more than it did.
-            _drop_free()
-            buf = np.empty(nbytes, np.uint8)
-        _buffers.insert(0, buf)
+        buf = _take(nbytes)
     return buf[:nbytes].view(dtype).reshape(shape)
+
+
+def zeros(shape, dtype=np.float64) -> np.ndarray:
+    """np.zeros(shape, dtype), in a recycled buffer when it is large."""
+    a = empty(shape, dtype)
+    a.fill(0)
+    return a
+
+
+def empty_like(a: np.ndarray) -> np.ndarray:
+    """A C-ordered empty(a.shape, a.dtype)."""
+    return empty(a.shape, a.dtype)
+
+
+def recycled(buf: np.ndarray) -> bool:
+    """Whether buf is one of the recycled buffers (the base of what empty() handed out): besides its
+    views, only its pool entry refers to it."""
+    return any(entry[0] is buf for entry in _by_size.get(buf.size, ()))
 
 
 def release() -> None:
     """Give the recycled buffers no array uses any more back to the system."""
     with _free_lock:
-        _drop_free()
+        _drop_free(None)
 
 
 def held_bytes() -> int:
     """Bytes of the recycled buffers (in use or free)."""
     with _free_lock:
-        return sum(b.size for b in _buffers)
+        return sum(size * len(entries) for size, entries in _by_size.items())
 
 
-def _drop_free() -> None:
-    _buffers[:] = [_buffers[k] for k in range(len(_buffers)) if _refs(_buffers, k) > _FREE_REFS]
+def _take(nbytes: int) -> np.ndarray:
+    generation = _generation[0]
+    for entry in _by_size.get(nbytes, ()):
+        if sys.getrefcount(entry[0]) == _FREE_REFS:
+            entry[1] = generation
+            return entry[0]
+    best = None                              # the smallest free buffer holding nbytes, up to twice it
+    for size, entries in _by_size.items():
+        if nbytes < size <= 2 * nbytes and (best is None or size < best[0]):
+            for entry in entries:
+                if sys.getrefcount(entry[0]) == _FREE_REFS:
+                    best = size, entry
+                    break
+    if best is not None:
+        best[1][1] = generation
+        return best[1][0]
+    _drop_free(generation - 1)               # a miss: what neither this run nor the last used goes back
+    buf = np.empty(nbytes, np.uint8)
+    _by_size.setdefault(nbytes, []).append([buf, generation])
+    return buf
 
 
-def _refs(buffers: list, k: int) -> int:
-    """References to buffers[k]; _FREE_REFS when only the list holds it (every array handed out from
-    it is gone: views, and views of views, keep the buffer itself alive as their base)."""
-    buf = buffers[k]
-    return sys.getrefcount(buf)
+def _drop_free(before) -> None:
+    """Drop the free buffers last handed out before generation `before` (None: every free one)."""
+    for size in list(_by_size):
+        kept = [e for e in _by_size[size]
+                if sys.getrefcount(e[0]) > _FREE_REFS or (before is not None and e[1] >= before)]
+        if kept:
+            _by_size[size] = kept
+        else:
+            del _by_size[size]
 
 
-_FREE_REFS = _refs([bytearray(1)], 0)
+def _free_refs() -> int:
+    """sys.getrefcount of a buffer only its pool entry holds (views, and views of views, keep the
+    buffer itself alive as their base)."""
+    entry = [np.empty(1, np.uint8), 0]
+    return sys.getrefcount(entry[0])
+
+
+_FREE_REFS = _free_refs()

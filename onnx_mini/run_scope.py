@@ -3,8 +3,9 @@
 `enter(threads, uses_blas, max_tensor_bytes)` ... `leave(scope)` (or the block `running(...)`) caps
 parallel.split's threads for the run (parallel.cap), puts numpy's BLAS in the run's mode when the
 plan has heavy steps (blas.start_run: OpenBLAS's thread count changes only while runs are in
-progress), puts the model's own tensor size limit in force (dtypes.enter_model_limits) and, only if
-the user opted in (ONNX_MINI_MALLOC=tuned), tunes glibc's malloc at the first run (memory.tune_once).
+progress), puts the model's own tensor size limit in force (dtypes.enter_model_limits), starts a
+generation of the recycled buffers and, only if the user opted in (ONNX_MINI_MALLOC=tuned), tunes
+glibc's malloc at the first run (memory.begin_run).
 Every run goes through it: PreparedModel.run, compare, profile.
 
 It sits above parallel, blas and memory (and the leaf dtypes) so that none of them imports another
@@ -27,10 +28,11 @@ def enter(threads: int | None = None, uses_blas: bool = True, max_tensor_bytes: 
     """Enter the scope of one run: at most `threads` threads (None or 0: no cap), numpy's BLAS in the
     run's mode (blas.start_run) unless the plan makes no BLAS call worth managing (`uses_blas`
     False: no heavy step, bodies included; its small products run as OpenBLAS is set), the model's
-    own tensor size limit (dtypes.model_limits; None: the process-wide one only), malloc tuned once
-    per process if ONNX_MINI_MALLOC=tuned. Returns the token leave() takes. Plain calls rather than a
-    generator context manager: on a tiny model the scope was ~12 us of a 16 us run."""
-    memory.tune_once()
+    own tensor size limit (dtypes.model_limits; None: the process-wide one only), a new generation
+    of recycled buffers, malloc tuned once per process if ONNX_MINI_MALLOC=tuned. Returns the token
+    leave() takes. Plain calls rather than a generator context manager: on a tiny model the scope
+    was ~12 us of a 16 us run."""
+    memory.begin_run()
     if not threads and not uses_blas and max_tensor_bytes is None and _cap_get() is None and _limit_get() is None:
         return _NOTHING                      # no cap, no BLAS mode, no limit to put in force or undo
     token = parallel.cap(threads)            # the cap first: start_run reads it

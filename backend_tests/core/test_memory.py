@@ -1,4 +1,4 @@
-"""onnx_mini.memory: large layer outputs in recycled buffers; glibc's malloc tuned only when asked."""
+"""onnx_mini.memory: the kernels' large arrays in recycled buffers; glibc's malloc tuned only when asked."""
 from __future__ import annotations
 
 import os
@@ -77,7 +77,7 @@ def test_malloc_is_tuned_once_and_only_with_glibc(monkeypatch):
     monkeypatch.setattr(memory, "_done", [False])
     monkeypatch.setattr(memory, "_tuned", [False])
     monkeypatch.setattr(memory.ctypes, "CDLL", no_libc)
-    memory.tune_once()                     # nothing to tune, no error
+    memory.begin_run()                     # nothing to tune, no error
     assert memory._done == [True]
     assert not memory.tuned() and onnx_mini.tune_malloc() is False
 
@@ -102,10 +102,10 @@ def test_malloc_default_leaves_it_alone():
 
 @pytest.fixture
 def recycling(monkeypatch):
-    """Recycling on, for anything of 1 KB or more, starting from an empty list."""
+    """Recycling on, for anything of 1 KB or more, starting from an empty pool."""
     monkeypatch.setattr(memory, "RECYCLE", True)
     monkeypatch.setattr(memory, "RECYCLE_MIN_BYTES", 1024)
-    monkeypatch.setattr(memory, "_buffers", [])
+    monkeypatch.setattr(memory, "_by_size", {})
 
 
 def test_a_freed_buffer_is_handed_out_again(recycling):
@@ -117,8 +117,10 @@ def test_a_freed_buffer_is_handed_out_again(recycling):
     del a
     c = memory.empty((8, 64), np.float32)              # same size, another shape: a's buffer
     assert c.ctypes.data == where and not np.shares_memory(b, c)
+    assert memory.recycled(c.base) and not memory.recycled(np.empty(2048, np.uint8))
     assert memory.empty((4,), np.float32).base is None          # small: plain np.empty
     assert memory.empty((1024,), object).base is None           # references: never from raw bytes
+    assert memory.empty(2048, np.uint8).shape == (2048,)        # an int shape, as np.empty takes
 
 
 def test_a_live_view_keeps_its_buffer(recycling):
@@ -132,25 +134,50 @@ def test_a_live_view_keeps_its_buffer(recycling):
     assert not np.shares_memory(b, c) and memory.held_bytes() == 2 * 8192
 
 
-def test_sizes_and_release(recycling):
+def test_the_same_size_first_then_the_smallest_that_holds_it(recycling):
+    big, exact, mid = (memory.empty((n,), np.uint8) for n in (8000, 4096, 6000))
+    where = {id(a.base): a.base.size for a in (big, exact, mid)}
+    del big, exact, mid
     a = memory.empty((4096,), np.uint8)
-    del a
-    big = memory.empty((3 * 4096,), np.uint8)   # more than the free one holds: a miss, the free one goes back
-    assert memory.held_bytes() == 3 * 4096
-    del big
-    small = memory.empty((4096,), np.uint8)     # a third of the free one: too wasteful, a new buffer
-    assert memory.held_bytes() == 4096 and small.base.size == 4096
-    half = memory.empty((2048,), np.uint8)      # half of a free one would do, but small is alive
-    assert not np.shares_memory(small, half)
-    del small
+    assert a.base.size == 4096                  # the very size, though bigger ones are free
+    b = memory.empty((4000,), np.uint8)
+    assert b.base.size == 6000                  # the smallest free one holding it (not 8000)
+    c = memory.empty((3000,), np.uint8)
+    assert c.base.size == 3000                  # 8000 is more than twice 3000: a new buffer
+    assert set(where.values()) <= {8000, 4096, 6000} and memory.held_bytes() == 8000 + 4096 + 6000 + 3000
+
+
+def test_buffers_no_recent_run_used_go_back_at_a_miss(recycling, monkeypatch):
+    monkeypatch.setattr(memory, "_generation", [0])
+    memory.begin_run()
+    old = memory.empty((4096,), np.uint8)       # used in run 1 only
+    del old
+    memory.begin_run()
+    kept = memory.empty((1024,), np.uint8)      # used in run 2 (the last before run 3); a miss too
+    del kept
+    memory.begin_run()
+    assert memory.held_bytes() == 4096 + 1024   # nothing goes back without a miss
+    live = memory.empty((5000,), np.uint8)      # a miss: run 1's buffer goes back, run 2's stays
+    assert memory.held_bytes() == 1024 + 5000
     memory.release()
-    assert memory.held_bytes() == 2048          # half's buffer is in use and stays
+    assert memory.held_bytes() == 5000          # live's buffer is in use and stays
+    del live
+
+
+def test_zeros_from_a_used_buffer(recycling):
+    a = memory.empty((512,), np.float32)
+    a.fill(7)
+    where = a.ctypes.data
+    del a
+    z = memory.zeros((16, 32), np.float32)
+    assert z.ctypes.data == where and not z.any()
+    assert not memory.zeros((3,), np.int64).any()
 
 
 def test_recycling_off_is_np_empty(monkeypatch):
     monkeypatch.setattr(memory, "RECYCLE", False)
     monkeypatch.setattr(memory, "RECYCLE_MIN_BYTES", 1024)
-    monkeypatch.setattr(memory, "_buffers", [])
+    monkeypatch.setattr(memory, "_by_size", {})
     a = memory.empty((4096,), np.float32)
     assert a.base is None and memory.held_bytes() == 0
 

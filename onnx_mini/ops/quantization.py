@@ -27,6 +27,7 @@ import math
 import ml_dtypes
 import numpy as np
 
+from .. import memory
 from ..errors import InvalidValueError
 from ..registry import kernel
 from ._common import as_array, normalize_axis, round_f32 as _f32
@@ -63,7 +64,7 @@ def quantize_array(q: np.ndarray, dtype, zero_point=None, saturate: bool = True,
     """
     dtype = np.dtype(dtype)
     if dtype in _FAST_INTS and q.dtype in _ROUNDER and (zero_point is None or zero_point.dtype == dtype):
-        out = np.empty(q.shape, dtype)
+        out = memory.empty(q.shape, dtype)
         _round_saturate_into(q if scratch and type(q) is np.ndarray else np.array(q), out, zero_point, finite)
         return out
     if dtype.kind in "iu" or dtype in SUBBYTE_INTS:
@@ -347,7 +348,7 @@ def _quantize_per_tensor(run, scale, zp):
     s, z = scale.reshape(()).astype(_F32), zp.reshape(())
 
     def compute(x):
-        out = np.empty(x.shape, z.dtype)
+        out = memory.empty(x.shape, z.dtype)
         _round_saturate_into(x / s, out, z)
         return out
     return _F32, compute
@@ -528,7 +529,7 @@ def _quantized_lookup_constant(quantize, dequantize, codes_in, constants):
         else:
             c = np.frombuffer(bytearray(np.ascontiguousarray(x).data).translate(translation),
                               out_type).reshape(x.shape)
-        return c if dequantize is None else dequantized(c, np.empty(x.shape, _F32))
+        return c if dequantize is None else dequantized(c, memory.empty(x.shape, _F32))
 
     def into(y):
         """compute(y) written into y, a non-empty float32 buffer (a Conv's output, ops/fused.py)."""
@@ -634,7 +635,7 @@ def _dynamic_quantize(x: np.ndarray, scale: float, zp: np.uint8, lo: float, hi: 
     """saturate(round(x / scale) + zp) as uint8, without the clip where _clip_free proves it (NaN or
     infinite bounds take the full path). Skipping the clip: 80 against 110 us on [1, 128, 1024] (a pass of 24 us; measured under load)."""
     q = as_array(np.divide(x, scale))     # 0-d: numpy gives a scalar
-    y = np.empty(x.shape, _U8)
+    y = memory.empty(x.shape, _U8)
     if _clip_free(lo, hi, scale, zp):
         _round_into(q, y, np.asarray(zp), finite=True)      # the bounds are finite: no NaN in q
     else:

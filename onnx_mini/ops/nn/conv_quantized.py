@@ -33,6 +33,7 @@ from operator import is_not
 
 import numpy as np
 
+from ... import memory
 from ...errors import InvalidValueError
 from ...registry import kernel
 from .._common import by_shape, prepack
@@ -278,7 +279,7 @@ def _requantize32(acc, scale, zp, bits=None):
     acc += rounder                      # its bit pattern: _PATTERN + round(acc * scale) (+ zp when folded)
     pattern = acc.view(np.int32)
     _clip(pattern, low, high, out=pattern)          # saturation, on the integers
-    out = np.empty(acc.shape, zp.dtype)
+    out = memory.empty(acc.shape, zp.dtype)
     np.copyto(out, pattern, casting="unsafe")       # the low 8 bits: the code
     if zp_after:
         out += zp

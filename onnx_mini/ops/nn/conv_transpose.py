@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from ... import memory
 from ...errors import InvalidValueError
 from ...registry import kernel
 from .._common import UPCAST, prepack
@@ -142,7 +143,7 @@ def _tiled(cols, b, kernel, in_sizes, out):
     of the whole product is slower still: its inner axis would be a tap axis of 2).
     """
     n, m, r = cols.shape[0], cols.shape[1], len(kernel)
-    y = np.empty((n, m, *out), dtype=cols.dtype)
+    y = memory.empty((n, m, *out), dtype=cols.dtype)
     tiles = y.reshape(n, m, *[v for i, k in zip(in_sizes, kernel) for v in (i, k)])
     bias = None if b is None else b.reshape((1, m) + (1,) * r)
     for tap in np.ndindex(*kernel):

@@ -33,6 +33,7 @@ import math
 
 import numpy as np
 
+from ... import memory
 from ...errors import InvalidValueError
 from ...registry import kernel
 from .._common import UPCAST, as_array
@@ -186,7 +187,7 @@ def _reduce_direct(x, ufunc, plan, out):
         if not rest:
             y = first
             continue
-        z = np.empty(y.shape[:2 + d] + (o,) + y.shape[3 + d:], dtype=y.dtype)
+        z = memory.empty(y.shape[:2 + d] + (o,) + y.shape[3 + d:], dtype=y.dtype)
         off, lo, hi = rest[0]
         ufunc(first[head + (slice(lo, hi),)], view(off, lo, hi), out=z[head + (slice(lo, hi),)])
         if lo:
@@ -205,7 +206,7 @@ def _flat_taps(y, ufunc, k, step):
     t < k (positions past the last full window set to zero)."""
     src = np.ascontiguousarray(y).reshape(-1)
     m = src.size - (k - 1) * step
-    out = np.empty(y.shape, dtype=y.dtype)
+    out = memory.empty(y.shape, dtype=y.dtype)
     flat = out.reshape(-1)
     if m > 0:
         acc = flat[:m]
@@ -314,8 +315,8 @@ def _argmax_taps(xp, kernel, strides, dilations, out):
                                                   for a, dl, o, s in zip(tap, dilations, out, strides))]
         if best is None:
             best = v.copy()
-            arg = np.zeros(v.shape, dtype=tap_type)
-            better = np.empty(v.shape, dtype=bool)
+            arg = memory.zeros(v.shape, dtype=tap_type)
+            better = memory.empty(v.shape, dtype=bool)
             continue
         np.greater(v, best, out=better)
         np.maximum(best, v, out=best)

@@ -20,6 +20,7 @@ import math
 
 import numpy as np
 
+from ... import memory
 from ...errors import InvalidValueError
 from ...registry import kernel
 from .._common import UPCAST, check_shape, normalize_axis
@@ -393,7 +394,7 @@ def _apply_axis(x: np.ndarray, axis: int, idx: np.ndarray, wt: np.ndarray | None
     if out is None:
         shape_out = list(x.shape)
         shape_out[axis] = idx.shape[0]
-        out = np.zeros(shape_out, dtype=x.dtype)
+        out = memory.zeros(shape_out, dtype=x.dtype)
     return out
 
 
@@ -480,7 +481,7 @@ def _periodic_taps(idx: np.ndarray, w: np.ndarray | None, n: int, axis: int = 0,
 def _apply_periodic(x: np.ndarray, axis: int, p: _Periodic) -> np.ndarray:
     """Resize one axis by its _Periodic plan: the float operations of _apply_axis, in its order."""
     n = x.shape[axis]
-    out = np.empty(x.shape[:axis] + (n, p.f) + x.shape[axis + 1:], dtype=x.dtype)
+    out = memory.empty(x.shape[:axis] + (n, p.f) + x.shape[axis + 1:], dtype=x.dtype)
     products = None if p.products is None else [x * v for v in p.products]   # 0.25 x and 0.75 x for linear 2x
     for dest, taps in p.phases:
         if products is None:
@@ -515,7 +516,7 @@ def _repeat(x: np.ndarray, axis: int, f: int) -> np.ndarray:
         # value v in the low lane of a wider unsigned integer times 1 + 2^b + 2^2b + ... (b bits a lane)
         # is f copies of v's bits, one a lane: no carry, v < 2^b
         wide = _UINT[size * f]
-        lanes = np.empty(x.shape, dtype=wide)
+        lanes = memory.empty(x.shape, dtype=wide)
         lanes[...] = x.view(_UINT[size])
         lanes *= wide(sum(1 << (8 * size * i) for i in range(f)))
         return lanes.view(x.dtype)

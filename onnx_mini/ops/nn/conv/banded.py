@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .... import memory
 from .._common import read_extent, read_region
 
 
@@ -47,7 +48,7 @@ def conv(x: np.ndarray, t: np.ndarray, kernel, strides, dil, begin, out) -> np.n
     n, c = x.shape[:2]
     kh = kernel[0]
     need = [read_extent(out[0], strides[0], kh, dil[0]), t.shape[2]]
-    xp = np.zeros((n, c, *need), dtype=x.dtype)
+    xp = memory.zeros((n, c, *need), dtype=x.dtype)
     dst, src = read_region(x.shape[2:], begin, need)
     if all(d.stop > d.start for d in dst):
         xp[(slice(None), slice(None), *dst)] = x[(slice(None), slice(None), *src)]

@@ -25,7 +25,7 @@ import threading
 
 import numpy as np
 
-from .... import blas, parallel
+from .... import blas, memory, parallel
 from ..._common import by_shape, prepack
 from .._common import geometry, read_extent, read_region, strided_view
 from . import thresholds
@@ -201,7 +201,7 @@ class ConvNHWC:
         windows read exactly x)."""
         if list(x.shape[1:3]) == need and all(d.start == 0 for d in dst) and x.flags.c_contiguous:
             return x
-        xp = np.zeros((x.shape[0], *need, x.shape[3]), x.dtype)
+        xp = memory.zeros((x.shape[0], *need, x.shape[3]), x.dtype)
         xp[:, dst[0], dst[1]] = x[:, src[0], src[1]]
         return xp
 
@@ -210,7 +210,7 @@ class ConvNHWC:
         kh, kw = w.shape[2:]
         s0, s1, s2, s3 = xp.strides
         view = strided_view(xp, (n, *out, kh, kw, c), (s0, s1 * strides[0], s2 * strides[1], s1, s2, s3))
-        cols = np.empty((n, *out, kh, kw, c), xp.dtype)
+        cols = memory.empty((n, *out, kh, kw, c), xp.dtype)
         np.copyto(cols, view)
         y = blas.matmul(cols.reshape(-1, kh * kw * c), self.weights(w))
         return y.reshape(n, *out, w.shape[0])
@@ -230,8 +230,8 @@ class ConvNHWC:
             return self._depthwise_small(x, w, b, taps, strides, out, plan, epilogue)
         by_rows = _by_rows(x, need, c) and not bare
         # by rows: every element the windows read is written by _read_rows
-        xp = np.empty((n, *need, c), x.dtype) if by_rows else self._padded(x, need, dst, src)
-        y = np.empty((n, oh, ow, c), xp.dtype)
+        xp = memory.empty((n, *need, c), x.dtype) if by_rows else self._padded(x, need, dst, src)
+        y = memory.empty((n, oh, ow, c), xp.dtype)
         windows, subscripts, tiled = _depthwise_windows(xp, strides, (kh, kw), out)
         wt = self._tiled(taps, w, ow) if tiled else taps
         rows = y.reshape(n, oh, ow * c) if tiled else y
@@ -266,7 +266,7 @@ class ConvNHWC:
                 kept[key] = entry
         inside, source, windows, subscripts, tiled = entry
         np.copyto(inside, x[source])
-        y = np.empty((n, oh, ow, c), x.dtype)
+        y = memory.empty((n, oh, ow, c), x.dtype)
         np.einsum(subscripts, windows, self._tiled(taps, w, ow) if tiled else taps,
                   out=y.reshape(n, oh, ow * c) if tiled else y)
         self._finish_rows(y, b, epilogue, 0, oh)
@@ -288,13 +288,13 @@ class ConvNHWC:
         _, _, _, need, dst, src, (cols, regions), pieces = plan
         by_rows = _by_rows(x, need, c)
         if by_rows:     # every element the windows read is written by _read_rows
-            xp = np.empty((n, need[0], sw, cols, c), x.dtype)
+            xp = memory.empty((n, need[0], sw, cols, c), x.dtype)
         else:
-            xp = np.zeros((n, need[0], sw, cols, c), x.dtype)
+            xp = memory.zeros((n, need[0], sw, cols, c), x.dtype)
             for p, (lo, hi), cs in regions:
                 xp[:, dst[0], p, lo:hi] = x[:, src[0], cs]
         wt = self._tiled(self.weights(w), w, ow)          # (kh, kw, Wo*C)
-        y = np.empty((n, oh, ow, c), x.dtype)
+        y = memory.empty((n, oh, ow, c), x.dtype)
         rows = y.reshape(n, oh, ow * c)
         s0, s1, _, s3, s4 = xp.strides
         # phase p: the kernel columns p, p + s, ... (phase 0 always has one), the q-th of them from column q on
@@ -305,7 +305,7 @@ class ConvNHWC:
         def part(r0, r1):
             if by_rows:
                 _read_rows(xp, x, dst[0], src[0], r0 * sh, (r1 - 1) * sh + kh, pieces)
-            tmp = np.empty_like(rows[:, r0:r1]) if len(phases) > 1 else None
+            tmp = memory.empty_like(rows[:, r0:r1]) if len(phases) > 1 else None
             for k, (view, taps) in enumerate(phases):
                 np.einsum("nhaqr,aqr->nhr", view[:, r0:r1], taps, out=tmp if k else rows[:, r0:r1])
                 if k:

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from .... import parallel
+from .... import memory, parallel
 from . import depthwise_channels_last, depthwise_flat, thresholds
 
 LAYOUTS = {"depthwise-flat": depthwise_flat.layout, "depthwise-channels-last": depthwise_channels_last.layout,
@@ -29,7 +29,7 @@ def conv(x, w, b, group, kernel, strides, dil, begin, out, name, memo, keep):
     n = x.shape[0]
     m = w.shape[0]
     mult = m // group
-    y = np.empty((n, m, *out), dtype=x.dtype)
+    y = memory.empty((n, m, *out), dtype=x.dtype)
     made = memo.get("made")
     if made is None:
         taps = list(np.ndindex(*kernel))

@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 
+from .... import memory
 from .._common import finite, read_extent, read_region, strided_view
 from . import thresholds
 from .scratch import buffer
@@ -133,7 +134,7 @@ def einsum_layout(in_sizes, kernel, strides, dil, begin, out, mult, taps):
 def sum_taps(windows, wl, taps, acc):
     """acc = the sum over `taps` (window indices) of windows[..., tap, :] * wl[tap] (one product each)."""
     lead = (slice(None),) * (windows.ndim - wl.ndim)
-    tmp = np.empty_like(acc)
+    tmp = memory.empty_like(acc)
     for i, tap in enumerate(taps):
         np.multiply(windows[lead + tap], wl[tap], out=acc if i == 0 else tmp)
         if i:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .... import blas
+from .... import blas, memory
 from . import thresholds
 
 
@@ -14,7 +14,7 @@ def grouped_matmul(w, x, out=None):
     n, g = x.shape[:2]
     if g > 1 and w.shape[1] * w.shape[2] * x.shape[3] <= thresholds.STACKED_MAX_MACS:
         return np.matmul(w, x, out=out)
-    y = np.empty((n, g, w.shape[1], x.shape[3]), dtype=np.result_type(w, x)) if out is None else out
+    y = memory.empty((n, g, w.shape[1], x.shape[3]), dtype=np.result_type(w, x)) if out is None else out
     for i in range(n):
         for j in range(g):
             blas.matmul(w[j], x[i, j], out=y[i, j])

@@ -38,7 +38,7 @@ import math
 
 import numpy as np
 
-from .... import blas, parallel
+from .... import blas, memory, parallel
 from ..._common import UPCAST
 from . import thresholds
 from .grouped import grouped_matmul
@@ -91,7 +91,7 @@ class Columns:
     def _padded(self, x):
         """x (1, C, *spatial) in the compute type -> its zero-padded C-contiguous copy (X itself if unpadded)."""
         if self.pads:
-            xp = np.zeros(self.padded, dtype=self.dtype)
+            xp = memory.zeros(self.padded, dtype=self.dtype)
             xp[self.inner] = x
             return xp
         return x if x.flags.c_contiguous else np.ascontiguousarray(x)
@@ -106,7 +106,7 @@ class Columns:
         width, is copied once (C, Hp, Wo), where window rows (c, di, dj) are runs of Ho*Wo values
         (thresholds.IM2COL_STRIPS_MAX_WIDTH). The same values in the same order."""
         shape, strides, cols_shape, cols_strides = self.strips
-        s = np.empty(shape, dtype=self.dtype)
+        s = memory.empty(shape, dtype=self.dtype)
         s[...] = np.ndarray(shape, self.dtype, self._padded(x), 0, strides)
         cols.reshape(cols_shape)[...] = np.ndarray(cols_shape, self.dtype, s, 0, cols_strides)
 
@@ -114,7 +114,7 @@ class Columns:
         """x (1, C, *spatial) in the compute type -> one group's columns (C*k + 1, pixels), a row of ones
         last (the window view's copy lands in the first C*k rows, one contiguous block)."""
         k, pixels = self.cols_shape[2:]
-        cols = np.empty((k + 1, pixels), dtype=self.dtype)
+        cols = memory.empty((k + 1, pixels), dtype=self.dtype)
         if self.strips is not None:
             self._by_strips(x, cols[:-1])
         else:
@@ -127,7 +127,7 @@ class Columns:
         if self.phases is not None:
             return self.phases.columns(x).reshape(self.cols_shape)
         if self.strips is not None:
-            cols = np.empty(self.cols_shape, dtype=self.dtype)
+            cols = memory.empty(self.cols_shape, dtype=self.dtype)
             self._by_strips(x, cols.reshape(-1, self.cols_shape[-1]))
             return cols
         return self.windows(x).reshape(self.cols_shape)      # a copy (a view only when the windows are X itself)
@@ -215,11 +215,11 @@ class Phases:
 
     def columns(self, x):
         """x (1, C, *spatial) in the compute type -> the columns as (C, *kernel, *out)."""
-        phases = (np.zeros if self.zeros else np.empty)(self.shape, dtype=self.dtype)
+        phases = (memory.zeros if self.zeros else memory.empty)(self.shape, dtype=self.dtype)
         by_pairs = self.pairs and x.strides[-1] == x.itemsize     # (a contiguous last axis to pair up)
         for (dst, src), split in self.fills:
             copy_strided(phases, x, dst, src, split if by_pairs else None)
-        cols = np.empty(self.cols, dtype=self.dtype)
+        cols = memory.empty(self.cols, dtype=self.dtype)
         for dst, offset, shape, strides in self.taps:
             cols[dst] = np.ndarray(shape, self.dtype, phases, offset, strides)
         return cols
@@ -288,13 +288,13 @@ def conv_bands(x, w2, columns: Columns, out):
     inner = math.prod(out[1:])
     rows = columns.band
     lead = (slice(None),) * (view.ndim - len(out))     # the channel and kernel axes, whole
-    y = np.empty((m, math.prod(out)), dtype=columns.dtype)
+    y = memory.empty((m, math.prod(out)), dtype=columns.dtype)
 
     def work(b0, b1):
-        buf = np.empty((k, rows * inner), dtype=columns.dtype)
+        buf = memory.empty((k, rows * inner), dtype=columns.dtype)
         for r0 in range(b0 * rows, min(out[0], b1 * rows), rows):
             r1 = min(out[0], r0 + rows)
-            block = buf if r1 - r0 == rows else np.empty((k, (r1 - r0) * inner), dtype=columns.dtype)
+            block = buf if r1 - r0 == rows else memory.empty((k, (r1 - r0) * inner), dtype=columns.dtype)
             block.reshape(view.shape[:-len(out)] + (r1 - r0, *out[1:]))[...] = view[lead + (slice(r0, r1),)]
             np.matmul(w2, block, out=y[:, r0 * inner:r1 * inner])
     parallel.split(work, -(-out[0] // rows), 1)
@@ -356,13 +356,13 @@ def conv_rows(x, wr, rows: Rows, b=None):
     The padding is multiplied as written (skipping its taps slices W: slower matrix-vector calls,
     measured 16 -> 22 us on the VAD's 129 -> 128 channel layer, and inf * 0 must stay NaN)."""
     if rows.pads:
-        xp = np.zeros(rows.padded, dtype=rows.dtype)
+        xp = memory.zeros(rows.padded, dtype=rows.dtype)
         xp[rows.inner] = x[0].T
     else:
         xp = np.ascontiguousarray(x[0].T)       # a view when X is such a transposed output
     flat = xp.reshape(-1)
     step, width = rows.step, rows.width
-    y = np.empty((rows.n, wr.shape[0]), dtype=rows.dtype)
+    y = memory.empty((rows.n, wr.shape[0]), dtype=rows.dtype)
     for j in range(rows.n):     # one BLAS matrix-vector call per output position (at most a few)
         np.dot(wr, flat[j * step:j * step + width], out=y[j])
     if b is not None:
@@ -418,9 +418,9 @@ def conv_last(x, wl, last: LastColumns, out):
     if last.as_is:
         xp = np.ascontiguousarray(x).reshape(last.padded)
     else:
-        xp = np.zeros(last.padded, dtype=last.dtype)
+        xp = memory.zeros(last.padded, dtype=last.dtype)
         xp[last.inner] = np.moveaxis(x[0], 0, -1)
-    cols = np.empty((last.pixels, wl.shape[1]), dtype=last.dtype)
+    cols = memory.empty((last.pixels, wl.shape[1]), dtype=last.dtype)
     view = np.ndarray(last.view_shape, last.dtype, xp, 0, last.view_strides)
     if wl.shape[1] == last.k:
         cols.reshape(last.view_shape)[...] = view

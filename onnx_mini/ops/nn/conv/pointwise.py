@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .... import memory
 from . import thresholds
 from .grouped import grouped_matmul
 
@@ -15,7 +16,7 @@ def conv(x, wg, out, shuffle=False):
     g, mg, cg = wg.shape
     if not shuffle:
         return grouped_matmul(wg, x.reshape(n, g, cg, -1)).reshape(n, g * mg, *out)
-    y = np.empty((n, g * mg, *out), dtype=np.result_type(wg, x))
+    y = memory.empty((n, g * mg, *out), dtype=np.result_type(wg, x))
     grouped_matmul(wg, x.reshape(n, g, cg, -1), out=y.reshape(n, mg, g, -1).transpose(0, 2, 1, 3))
     return y
 
@@ -43,7 +44,7 @@ def sums_bias(c: int, m: int, group: int) -> bool:
 def with_ones_row(x, group):
     """x (N, C, *spatial) -> (N, C + G, *spatial): each group's channels followed by a channel of ones."""
     n, c = x.shape[:2]
-    xo = np.empty((n, group, c // group + 1, *x.shape[2:]), dtype=x.dtype)
+    xo = memory.empty((n, group, c // group + 1, *x.shape[2:]), dtype=x.dtype)
     np.copyto(xo[:, :, :-1], x.reshape(n, group, c // group, *x.shape[2:]))
     xo[:, :, -1] = 1
     return xo.reshape(n, c + group, *x.shape[2:])

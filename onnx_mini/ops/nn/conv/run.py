@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .... import blas
+from .... import blas, memory
 from .._common import finite, per_image, read_extent
 from ..._common import UPCAST
 from . import banded, checks, depthwise, im2col, pointwise, shifted, strips, thresholds, winograd
@@ -140,7 +140,7 @@ class Convolution:
                 epilogue(y_part, i0, i1)
 
         if name == EMPTY:                # nothing to sum: the output is the bias alone
-            y = np.zeros((n, m, *out), dtype=x.dtype)
+            y = memory.zeros((n, m, *out), dtype=x.dtype)
         elif name == "pointwise":
             if n == 1:                   # one image: finished directly (a small Conv's fixed cost counts)
                 y = pointwise.conv(x, wg, out, shuffle)

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from .... import blas
+from .... import blas, memory
 from .._common import pad_spatial
 
 
@@ -27,8 +27,8 @@ def conv(x, w, kernel, dil, begin, end, out):
     if need > flat.shape[2]:   # the last taps read past the end: append zeros (they land in cropped columns)
         flat = np.concatenate([flat, np.zeros((n, c, need - flat.shape[2]), dtype=flat.dtype)], axis=2)
     wt = np.ascontiguousarray(w.reshape(m, c, -1).transpose(2, 0, 1))      # (taps, M, C)
-    acc = np.empty((n, m, run), dtype=np.result_type(w, x))
-    tmp = np.empty((m, run), dtype=acc.dtype)
+    acc = memory.empty((n, m, run), dtype=np.result_type(w, x))
+    tmp = memory.empty((m, run), dtype=acc.dtype)
     for i in range(n):       # 2-D BLAS calls on (C, run) views with a leading dimension: no copies
         blas.matmul(wt[0], flat[i, :, offsets[0]:offsets[0] + run], out=acc[i])
         for t in range(1, len(offsets)):

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .... import blas
+from .... import blas, memory
 
 
 def applies(group: int, kernel, strides) -> bool:
@@ -88,7 +88,7 @@ def conv(x, ws, geometry: Strips):
     g = geometry
     m = ws.shape[0] // g.kh
     n, step = g.ho * g.wo, g.dh * g.wo          # output pixels; Z's columns between two kernel rows
-    s = np.empty((ws.shape[1], n + (g.kh - 1) * step), dtype=g.dtype)
+    s = memory.empty((ws.shape[1], n + (g.kh - 1) * step), dtype=g.dtype)
     g.fill(s, x)
     z = blas.matmul(ws, s)
     if g.kh == 1:

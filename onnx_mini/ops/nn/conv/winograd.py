@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .... import blas
+from .... import blas, memory
 
 _G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
 
@@ -53,17 +53,17 @@ def conv(x: np.ndarray, u: np.ndarray, begin, out) -> np.ndarray:
     oh, ow = out
     th, tw = -(-oh // 2), -(-ow // 2)
     dt = x.dtype
-    xp = np.zeros((c, 2 * th + 2, 2 * tw + 2), dt)
+    xp = memory.zeros((c, 2 * th + 2, 2 * tw + 2), dt)
     rows, cols = min(h, 2 * th + 2 - begin[0]), min(w, 2 * tw + 2 - begin[1])
     xp[:, begin[0]:begin[0] + rows, begin[1]:begin[1] + cols] = x[0, :, :rows, :cols]
     # B' on the rows (tile row i reads padded rows 2i .. 2i+3), then on the columns into V
     r = [xp[:, a:a + 2 * th - 1:2] for a in range(4)]                       # (C, th, wp)
-    t = np.empty((4, c, th, xp.shape[2]), dt)
+    t = memory.empty((4, c, th, xp.shape[2]), dt)
     np.subtract(r[0], r[2], out=t[0])
     np.add(r[1], r[2], out=t[1])
     np.subtract(r[2], r[1], out=t[2])
     np.subtract(r[1], r[3], out=t[3])
-    v = np.empty((16, c, th, tw), dt)
+    v = memory.empty((16, c, th, tw), dt)
     for k in range(4):
         s = [t[k][:, :, b:b + 2 * tw - 1:2] for b in range(4)]               # (C, th, tw)
         np.subtract(s[0], s[2], out=v[4 * k])
@@ -71,7 +71,7 @@ def conv(x: np.ndarray, u: np.ndarray, begin, out) -> np.ndarray:
         np.subtract(s[2], s[1], out=v[4 * k + 2])
         np.subtract(s[1], s[3], out=v[4 * k + 3])
     v = v.reshape(16, c, th * tw)
-    p = np.empty((16, m, th * tw), dt)
+    p = memory.empty((16, m, th * tw), dt)
     for k in range(16):
         blas.matmul(u[k], v[k], out=p[k])
     # A' on the rows (in place: row 0 <- p0 + p1 + p2, row 3 <- p1 - p2 - p3), then on the columns
@@ -80,7 +80,7 @@ def conv(x: np.ndarray, u: np.ndarray, begin, out) -> np.ndarray:
     p[0] += p[2]
     np.subtract(p[1], p[3], out=p[3])
     p[3] -= p[2]
-    y = np.empty((m, th, 2, tw, 2), dt)
+    y = memory.empty((m, th, 2, tw, 2), dt)
     for a, z in ((0, p[0]), (1, p[3])):
         y0, y1 = y[:, :, a, :, 0], y[:, :, a, :, 1]
         np.add(z[0], z[1], out=y0)
