@@ -88,8 +88,9 @@ def _free(a) -> bool:
     if a.flags.owndata:
         return True
     base = a.base
-    return (base.__class__ is np.ndarray and base.flags.owndata and base.nbytes == a.nbytes
-            and (base_held <= max_base_held              # a recycled buffer: its pool's one reference more
+    return (base.__class__ is np.ndarray and base.flags.owndata
+            and (base.nbytes == a.nbytes and base_held <= max_base_held
+                 # a recycled buffer (memory.py), perhaps larger than a: its pool's one reference more
                  or base_held == max_base_held + 1 and memory.recycled(base)))
 
 

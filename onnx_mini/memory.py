@@ -79,7 +79,8 @@ def tuned() -> bool:
 # growth faults again; on this VM a fault costs about a microsecond per 4 KB. The default-mode runs
 # faulted 1200 times (the QDQ MobileNet, 7.4 against 3.5 ms with malloc tuned) and 3100 times (the
 # U-Net, 30-33 against 16-19 ms). Batches fault more: ResNet-50 at batch 32 faulted in ~1.3 GB a run.
-# So the kernels take their large per-run arrays from empty() / zeros() below, which hand out a
+# So the kernels take their large per-run arrays (convolutions, pools, resizes, quantization, large
+# Concats and fused BatchNormalizations) from empty() / zeros() below, which hand out a
 # buffer no array uses any more (its only reference the pool's), of the very size first, else the
 # smallest free one up to twice the size: a run repeating the previous one's sizes allocates nothing.
 # Buffers neither this run nor the last handed out go back at the next miss (a new size), so a model
@@ -88,8 +89,8 @@ def tuned() -> bool:
 # would be; ONNX_MINI_MALLOC=off switches all of this off (plain np.empty).
 
 RECYCLE = MALLOC not in ("off", "default")
-# Smaller blocks come from malloc's bins and are reused without faults (the faults above came from
-# arrays of 0.6-10 MB; 64 KB and 1 MB thresholds gave the U-Net the same faults per run as 256 KB).
+# 64 KB, 256 KB and 1 MB alike remove the faults of the U-Net, the QDQ MobileNet, DenseNet-121 and
+# ShuffleNet (at most ~40 a run left); 4 MB leaves the last two's (1232 / 762 a run: arrays of 1-3 MB).
 RECYCLE_MIN_BYTES = 256 << 10
 _free_lock = threading.Lock()
 _by_size: dict = {}          # nbytes -> [[1-D uint8 buffer, generation it was last handed out in], ...]
@@ -166,6 +167,11 @@ def _take(nbytes: int) -> np.ndarray:
         best[1][1] = generation
         return best[1][0]
     _drop_free(generation - 1)               # a miss: what neither this run nor the last used goes back
+    # A block of this size allocated and freed first, as a run without the pool would: glibc raises its
+    # mmap and trim thresholds when it frees a block it had to mmap, so the arrays numpy allocates on
+    # its own keep coming from the heap's reused pages (DenseNet-121's BatchNormalizations and Concats:
+    # 36 faults a run without the pool, 2428 with it, none with this block and theirs recycled too)
+    np.empty(nbytes, np.uint8)
     buf = np.empty(nbytes, np.uint8)
     _by_size.setdefault(nbytes, []).append([buf, generation])
     return buf

@@ -22,7 +22,7 @@ from operator import is_
 
 import numpy as np
 
-from .. import blas
+from .. import blas, memory
 from ..errors import InvalidValueError
 from ..registry import kernel
 from ._common import UPCAST, broadcasts_to, fp_errors_ignored, prepack, scalar_array, with_scalar
@@ -567,7 +567,10 @@ def fused_channel_affine(*, activation="", activation_params=()):
         if x.ndim < 2 or x.shape[1] != a.shape[0]:
             raise InvalidValueError(f"X of shape {list(x.shape)} does not have {a.shape[0]} channels on axis 1")
         shape = (-1,) + (1,) * (x.ndim - 2)
-        y = np.multiply(x.astype(np.float32) if x.dtype in UPCAST else x, a.reshape(shape))
+        if x.dtype is a.dtype and a.ndim == 1 and x.nbytes >= memory.RECYCLE_MIN_BYTES:   # (memory.py)
+            y = np.multiply(x, a.reshape(shape), out=memory.empty(x.shape, x.dtype))
+        else:
+            y = np.multiply(x.astype(np.float32) if x.dtype in UPCAST else x, a.reshape(shape))
         y += b.reshape(shape)
         y = y.astype(x.dtype, copy=False)
         return y if finish is None else finish(y, None)      # y is a fresh buffer

@@ -261,7 +261,7 @@ def conv_biased(x, wb, columns: Columns, out):
     """One image x (1, C, *spatial) of one group, wb (M, C*k + 1): W with B as its last column
     (pointwise.bias_column) -> (1, M, *out), the bias summed by the product against a row of ones after
     the columns (no pass over the output for it; Columns without phases or bands)."""
-    return blas.matmul(wb, columns.biased(x)).reshape(1, wb.shape[0], *out)
+    return _product(wb, columns.biased(x)).reshape(1, wb.shape[0], *out)
 
 
 def conv(x, w, group, columns: Columns, out):
@@ -270,8 +270,15 @@ def conv(x, w, group, columns: Columns, out):
     if columns.band is not None and blas.splitting():
         return conv_bands(x, w.reshape(m, -1), columns, out)
     if group == 1:     # the one product grouped_matmul would make, without its bookkeeping
-        return blas.matmul(w.reshape(m, -1), columns.columns(x)[0, 0]).reshape(1, m, *out)
+        return _product(w.reshape(m, -1), columns.columns(x)[0, 0]).reshape(1, m, *out)
     return grouped_matmul(w.reshape(group, m // group, -1), columns.columns(x)).reshape(1, m, *out)
+
+
+def _product(w2, cols):
+    """w2 @ cols, into a recycled buffer (memory.py) when their types agree."""
+    if w2.dtype != cols.dtype:
+        return blas.matmul(w2, cols)
+    return blas.matmul(w2, cols, out=memory.empty((w2.shape[0], cols.shape[1]), cols.dtype))
 
 
 def conv_bands(x, w2, columns: Columns, out):
