@@ -17,7 +17,22 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
-THREADS = max(1, int(os.environ.get("ONNX_MINI_THREADS", os.cpu_count() or 1)))
+
+
+def _threads_from_environment() -> int:
+    """ONNX_MINI_THREADS, or the CPU count when it is unset, empty or not a whole number (warned)."""
+    value = os.environ.get("ONNX_MINI_THREADS", "").strip()
+    if value:
+        try:
+            return max(1, int(value))
+        except ValueError:
+            import warnings
+            warnings.warn(f"ONNX_MINI_THREADS={value!r} is not a whole number: the CPU count is used",
+                          RuntimeWarning, stacklevel=2)
+    return max(1, os.cpu_count() or 1)
+
+
+THREADS = _threads_from_environment()
 _pool: ThreadPoolExecutor | None = None
 # A per-run cap (a session's intra_op_num_threads), local to the thread and context running it.
 _cap: contextvars.ContextVar[int | None] = contextvars.ContextVar("onnx_mini_threads", default=None)

@@ -599,3 +599,13 @@ def test_a_small_run_inside_a_capped_limited_one_still_lifts_cap_and_limit():
     scope = run_scope.enter(None, False, None)               # nothing in force: nothing set
     assert parallel._cap.get() is None and dtypes._model_max_tensor_bytes.get() is None
     run_scope.leave(scope)
+
+
+@pytest.mark.parametrize("value, warned", [("", False), ("  ", False), ("many", True), ("1.5", True)])
+def test_an_empty_or_malformed_thread_count_falls_back_to_the_cpu_count(value, warned):
+    code = "import os, onnx_mini, onnx_mini.parallel as p; print(p.THREADS == max(1, os.cpu_count() or 1))"
+    env = dict(os.environ, ONNX_MINI_THREADS=value)
+    out = subprocess.run([sys.executable, "-W", "always", "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr
+    assert ("ONNX_MINI_THREADS=" in out.stderr) == warned, out.stderr
