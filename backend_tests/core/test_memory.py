@@ -283,3 +283,33 @@ def test_large_batch_normalization_and_relu_into_a_recycled_buffer():
     c = (slice(None), None, None)
     want = (x.astype(np.float64) - mean[c]) / np.sqrt(var[c].astype(np.float64) + 1e-5) * scale[c] + bias[c]
     np.testing.assert_allclose(y, np.maximum(want, 0), rtol=1e-5, atol=1e-5)
+
+
+def test_large_tfidf_counts_and_l2_rows_into_recycled_buffers():
+    """TfIdfVectorizer's counts at a batch (200 rows x 400 slots: 320 KB) and Normalizer's L2 rows."""
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 500, (200, 30)).astype(np.int64)
+    pool = list(range(0, 800, 2))                     # 400 1-grams: the even tokens, slot = token / 2
+    node = helper.make_node("TfIdfVectorizer", ["x"], ["y"], mode="TF", min_gram_length=1, max_gram_length=1,
+                            max_skip_count=0, ngram_counts=[0], ngram_indexes=list(range(400)), pool_int64s=pool)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.INT64, None)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    y = onnx_mini.prepare(helper.make_model(g, opset_imports=[helper.make_opsetid("", 15)])).run({"x": x})[0]
+    assert y.base is not None and memory.recycled(y.base)
+    want = np.zeros((200, 400), np.float32)
+    for r, row in enumerate(x.tolist()):
+        for t in row:
+            if t % 2 == 0:
+                want[r, t // 2] += 1
+    np.testing.assert_array_equal(y, want)
+
+    v = rng.standard_normal((200, 400)).astype(np.float32)
+    v[7] = 0                                          # a zero row stays as it is
+    node = helper.make_node("Normalizer", ["v"], ["y"], norm="L2", domain="ai.onnx.ml")
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("v", TensorProto.FLOAT, None)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 15), helper.make_opsetid("ai.onnx.ml", 1)])
+    n = onnx_mini.prepare(model).run({"v": v})[0]
+    assert n.base is not None and memory.recycled(n.base)
+    norms = np.sqrt((v.astype(np.float64) ** 2).sum(axis=1, keepdims=True))
+    np.testing.assert_allclose(n, v / np.where(norms == 0, 1, norms), rtol=1e-6, atol=1e-7)
