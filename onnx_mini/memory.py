@@ -27,6 +27,7 @@ held_bytes() tells the rest. With them, tuning malloc gains little more (below).
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import sys
 import threading
@@ -95,6 +96,7 @@ RECYCLE_MIN_BYTES = 256 << 10
 _free_lock = threading.Lock()
 _by_size: dict = {}          # nbytes -> [[1-D uint8 buffer, generation it was last handed out in], ...]
 _generation = [0]            # runs begun in this process (begin_run)
+_dtype, _np_empty, _np_zeros, _prod = np.dtype, np.empty, np.zeros, math.prod
 
 
 def begin_run() -> None:
@@ -106,15 +108,14 @@ def begin_run() -> None:
 
 
 def empty(shape, dtype=np.float64) -> np.ndarray:
-    """np.empty(shape, dtype), in a recycled buffer when it is large (see above)."""
-    dtype = np.dtype(dtype)
-    if type(shape) is int:
+    """np.empty(shape, dtype), in a recycled buffer when it is large (see above). A small one costs
+    ~0.2 us more than np.empty (the size test)."""
+    dtype = _dtype(dtype)
+    if shape.__class__ is int:
         shape = (shape,)
-    nbytes = dtype.itemsize
-    for d in shape:
-        nbytes *= d
+    nbytes = _prod(shape) * dtype.itemsize
     if nbytes < RECYCLE_MIN_BYTES or not RECYCLE or dtype.hasobject:    # objects: not from raw bytes
-        return np.empty(shape, dtype)
+        return _np_empty(shape, dtype)
     with _free_lock:
         buf = _take(nbytes)
     return buf[:nbytes].view(dtype).reshape(shape)
@@ -122,7 +123,15 @@ def empty(shape, dtype=np.float64) -> np.ndarray:
 
 def zeros(shape, dtype=np.float64) -> np.ndarray:
     """np.zeros(shape, dtype), in a recycled buffer when it is large."""
-    a = empty(shape, dtype)
+    dtype = _dtype(dtype)
+    if shape.__class__ is int:
+        shape = (shape,)
+    nbytes = _prod(shape) * dtype.itemsize
+    if nbytes < RECYCLE_MIN_BYTES or not RECYCLE or dtype.hasobject:
+        return _np_zeros(shape, dtype)
+    with _free_lock:
+        buf = _take(nbytes)
+    a = buf[:nbytes].view(dtype).reshape(shape)
     a.fill(0)
     return a
 

@@ -363,13 +363,13 @@ def conv_rows(x, wr, rows: Rows, b=None):
     The padding is multiplied as written (skipping its taps slices W: slower matrix-vector calls,
     measured 16 -> 22 us on the VAD's 129 -> 128 channel layer, and inf * 0 must stay NaN)."""
     if rows.pads:
-        xp = memory.zeros(rows.padded, dtype=rows.dtype)
+        xp = np.zeros(rows.padded, dtype=rows.dtype)      # (a few output positions: always small)
         xp[rows.inner] = x[0].T
     else:
         xp = np.ascontiguousarray(x[0].T)       # a view when X is such a transposed output
     flat = xp.reshape(-1)
     step, width = rows.step, rows.width
-    y = memory.empty((rows.n, wr.shape[0]), dtype=rows.dtype)
+    y = np.empty((rows.n, wr.shape[0]), dtype=rows.dtype)
     for j in range(rows.n):     # one BLAS matrix-vector call per output position (at most a few)
         np.dot(wr, flat[j * step:j * step + width], out=y[j])
     if b is not None:
