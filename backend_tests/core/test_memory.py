@@ -263,9 +263,9 @@ def test_large_concat_into_a_recycled_buffer(axis):
     k = a.shape[axis]
     np.testing.assert_array_equal(np.take(y, range(k), axis=axis), a)
     np.testing.assert_array_equal(np.take(y, range(k, k + 8), axis=axis), b)
-    wrong = np.zeros((2, 16, 47, 64), np.float32)          # differs outside the axis
-    with pytest.raises(onnx_mini.errors.OnnxMiniError, match="input 1"):
-        prepared.run({"a": a, "b": wrong})
+    for wrong in (np.zeros((2, 16, 47, 64), np.float32), np.zeros((2, 16), np.float32)):   # shape, rank
+        with pytest.raises(onnx_mini.errors.OnnxMiniError, match="input 1"):
+            prepared.run({"a": a, "b": wrong})
 
 
 def test_large_batch_normalization_and_relu_into_a_recycled_buffer():

@@ -33,7 +33,7 @@ def concat(inputs: tuple, axis: int) -> np.ndarray:
         shape = list(first.shape)       # large: into a recycled buffer (memory.py)
         shape[a] = sum(x.shape[a] for x in inputs)
         return np.concatenate(inputs, axis=a, out=memory.empty(shape, dt))
-    except ValueError:
+    except (ValueError, IndexError):                # (IndexError: an input of lower rank than the first)
         raise _concat_error(inputs, a) from None    # numpy refuses exactly the shapes the spec does
 
 
