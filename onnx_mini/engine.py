@@ -22,6 +22,7 @@ from .errors import OnnxMiniError
 from .executor import Hook, execute
 from .graph import Graph, Model, Node, ValueInfo
 from .inputs import bind_inputs, export_outputs
+from .ops._common import prepacking
 from .plan import TRACING, Plan, StepInfo, describe_value
 from .prepare import prepare_plan
 from .specialize import Specializer
@@ -62,6 +63,7 @@ class PreparedModel:
         self.defaults = (frozenset(v.name for v in g.inputs if v.name in g.initializers) if self.optimize
                          else frozenset())
         self._plans: dict[tuple, Plan] = {}
+        self._prepacked: dict = {}      # the constant inputs' transforms its plans share (ops/_common.prepack)
         self._specializers: dict[int, Specializer] = {}    # id(plan) -> its shape-specialised plans
         self._lock = threading.Lock()
         self.plan: Plan = self.plan_for(tuple(v.name for v in g.outputs))
@@ -101,6 +103,7 @@ class PreparedModel:
         stack = contextlib.ExitStack()
         stack.enter_context(using_custom_ops(self.custom_ops))
         stack.enter_context(dtypes.model_limits(self.max_tensor_bytes))
+        stack.enter_context(prepacking(self._prepacked))
         return stack
 
     def plan_to_run(self, plan: Plan, feeds: Any) -> Plan:

@@ -19,6 +19,8 @@
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import ctypes
 import functools
 import inspect
@@ -314,17 +316,25 @@ def prepack(fn, constants, indices, required=1):
     `required` of them are constants (the others: constants or omitted). Returns get(*those inputs at run
     time): the prepared value while they are the arrays it was made from (a constant arrives as that same
     array), else fn computed per call (inputs fed at run time). A transform failing at prepare is left to
-    fail at run time, where a fed input's error is raised, so both report alike."""
+    fail at run time, where a fed input's error is raised, so both report alike. Within a model's
+    planning (prepacking), a transform the model has made already is not made again (below)."""
     constants = constants or {}
     if any(i not in constants for i in indices[:required]):
         return fn
     made = tuple(constants.get(i) for i in indices)
-    try:
-        value = fn(*made)
-    except Exception:
-        return fn
-    if isinstance(value, np.ndarray):
-        value.setflags(write=False)     # shared by every run
+    memo = _prepacked.get()
+    key = None if memo is None else _transform_key(fn, made)
+    if key is not None and key in memo:
+        value = memo[key][0]
+    else:
+        try:
+            value = fn(*made)
+        except Exception:
+            return fn
+        if isinstance(value, np.ndarray):
+            value.setflags(write=False)     # shared by every run
+        if key is not None:
+            memo[key] = (value, made, fn)   # made and fn pinned: the ids in the key stay theirs
 
     def get(*args):
         for a, m in zip(args, made):    # a plain loop: ~0.3 us less per call than all() over a generator
@@ -332,6 +342,50 @@ def prepack(fn, constants, indices, required=1):
                 return fn(*args)
         return value
     return get
+
+
+# The transforms of constant inputs a model has made (prepack), while its plans are built (prepacking):
+# the general plan, each shape-specialised plan (specialize.py plans the graph again at a run's first
+# new input shape, with the same constant arrays) and each subset of outputs share them, so a weight is
+# transformed once and held once. The int4 decoder's first run re-made its MatMulNBits weights (0.41 s
+# of 0.42, and a second 60 MB copy). Per model (the dict lives on the PreparedModel), never global.
+_prepacked: contextvars.ContextVar[dict | None] = contextvars.ContextVar("onnx_mini_prepacked", default=None)
+_SCALARS = (int, float, str, bytes, bool, type(None), np.dtype, np.generic)
+
+
+@contextlib.contextmanager
+def prepacking(memo: dict):
+    """prepack() within the block reuses and records the transforms in `memo` (one model's)."""
+    token = _prepacked.set(memo)
+    try:
+        yield
+    finally:
+        _prepacked.reset(token)
+
+
+def _transform_key(fn, made: tuple):
+    """What decides fn(*made): fn's code, the values it closes over (scalars and tuples of them by value,
+    anything else by identity: pinned with the memo entry) and the constant arrays by identity. None for
+    what is not a plain function (nothing reused)."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return None
+    parts = []
+    for cell in fn.__closure__ or ():
+        try:
+            v = cell.cell_contents
+        except ValueError:                  # a cell not yet filled
+            return None
+        if isinstance(v, _SCALARS) or (isinstance(v, tuple) and all(isinstance(e, _SCALARS) for e in v)):
+            parts.append((0, v))
+        else:
+            parts.append((1, id(v)))
+    key = code, tuple(parts), fn.__defaults__, tuple(id(m) for m in made)
+    try:
+        hash(key)
+    except TypeError:                       # (an unhashable default argument)
+        return None
+    return key
 
 
 MISSING = object()
