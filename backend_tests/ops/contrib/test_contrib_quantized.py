@@ -91,6 +91,10 @@ def test_matmul_nbits(bits, K, zp_kind):
     y = ms("MatMulNBits", [a, b, scales, zp_in], K=K, N=N, bits=bits, block_size=bs)
     assert y.dtype == F32 and y.shape == (2, 3, N)
     np.testing.assert_allclose(y, nbits_reference(a, q, scales, zp, K, bs), rtol=1e-5, atol=1e-4)
+    # blocks in K's order given as g_idx take the gathered path: the same float32 operations, the same bits
+    g_idx = (np.arange(K) // bs).astype(np.int32)
+    np.testing.assert_array_equal(ms("MatMulNBits", [a, b, scales, zp_in, g_idx], K=K, N=N, bits=bits,
+                                     block_size=bs), y)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
@@ -125,8 +129,8 @@ def nbits_model(b, scales, K, N, bs, n_runs_input=False):
 def test_matmul_nbits_dequantizes_initializers_once(monkeypatch):
     from onnx_mini.ops.contrib import quantized_matmul as qm
     calls = []
-    real = qm.unpack_bits
-    monkeypatch.setattr(qm, "unpack_bits", lambda *a: calls.append(1) or real(*a))
+    real = qm.unpacked_codes            # the weights' codes, unpacked once per dequantization
+    monkeypatch.setattr(qm, "unpacked_codes", lambda *a: calls.append(1) or real(*a))
     rng = np.random.default_rng(3)
     N, K, bs = 3, 32, 16
     q, b = nbits_weights(rng, N, K, bs, 4)
