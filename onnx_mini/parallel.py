@@ -14,6 +14,7 @@ import contextlib
 import contextvars
 import os
 import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
@@ -26,7 +27,6 @@ def _threads_from_environment() -> int:
         try:
             return max(1, int(value))
         except ValueError:
-            import warnings
             warnings.warn(f"ONNX_MINI_THREADS={value!r} is not a whole number: the CPU count is used",
                           RuntimeWarning, stacklevel=2)
     return max(1, os.cpu_count() or 1)
