@@ -256,6 +256,12 @@ def test_conv_winograd_transforms_by_hand():
     assert u.shape == (16, 4, 3) and u.dtype == np.float32
     g = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
     np.testing.assert_allclose(u[5], np.einsum("a,mcab,b->mc", g[1], w, g[1]), rtol=1e-6)   # position (1, 1)
+    w[0, 0] *= 1e30                                     # every position (k, l) = 4k + l, large values too
+    u = winograd.weights(w, f32)
+    for k in range(4):
+        for p in range(4):
+            want = np.einsum("a,mcab,b->mc", g[k], w.astype(np.float64), g[p]).astype(np.float32)
+            np.testing.assert_array_equal(u[4 * k + p], want)
     assert winograd.weights(w.astype(np.float16), f32).dtype == np.float32     # float16: into float32
 
 
