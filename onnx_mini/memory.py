@@ -110,30 +110,31 @@ def begin_run() -> None:
 def empty(shape, dtype=np.float64) -> np.ndarray:
     """np.empty(shape, dtype), in a recycled buffer when it is large (see above). A small one costs
     ~0.4 us more than np.empty (the size test)."""
-    dtype = _dtype(dtype)
-    if shape.__class__ is int:
-        shape = (shape,)
-    nbytes = _prod(shape) * dtype.itemsize
-    if nbytes < RECYCLE_MIN_BYTES or not RECYCLE or dtype.hasobject:    # objects: not from raw bytes
-        return _np_empty(shape, dtype)
-    with _free_lock:
-        buf = _take(nbytes)
-    return buf[:nbytes].view(dtype).reshape(shape)
+    a = _recycled_view(shape, dtype)
+    return _np_empty(shape, dtype) if a is None else a
 
 
 def zeros(shape, dtype=np.float64) -> np.ndarray:
     """np.zeros(shape, dtype), in a recycled buffer when it is large."""
+    a = _recycled_view(shape, dtype)
+    if a is None:
+        return _np_zeros(shape, dtype)
+    a.fill(0)
+    return a
+
+
+def _recycled_view(shape, dtype):
+    """A (shape, dtype) view of a recycled buffer, or None for an array too small to recycle (or of
+    objects, never made from raw bytes, or with recycling off)."""
     dtype = _dtype(dtype)
     if shape.__class__ is int:
         shape = (shape,)
     nbytes = _prod(shape) * dtype.itemsize
     if nbytes < RECYCLE_MIN_BYTES or not RECYCLE or dtype.hasobject:
-        return _np_zeros(shape, dtype)
+        return None
     with _free_lock:
         buf = _take(nbytes)
-    a = buf[:nbytes].view(dtype).reshape(shape)
-    a.fill(0)
-    return a
+    return buf[:nbytes].view(dtype).reshape(shape)
 
 
 def empty_like(a: np.ndarray) -> np.ndarray:

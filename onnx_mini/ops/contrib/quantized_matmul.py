@@ -59,8 +59,8 @@ def unpack_bits(packed: np.ndarray, bits: int) -> np.ndarray:
     return values.reshape(packed.shape[:-1] + (packed.shape[-1] * (8 // bits),))
 
 
-# bits -> float32 [256, 8 / bits]: the codes a packed byte holds, low-order bits first (unpack_bits' order)
-_CODES = {b: ((np.arange(256)[:, None] >> np.arange(0, 8, b)) & ((1 << b) - 1)).astype(np.float32) for b in (2, 4, 8)}
+# bits -> float32 [256, 8 / bits]: the codes each byte value holds, as unpack_bits gives them
+_CODES = {b: unpack_bits(np.arange(256, dtype=np.uint8)[:, None], b).astype(np.float32) for b in (2, 4, 8)}
 
 
 def unpacked_codes(packed: np.ndarray, bits: int) -> np.ndarray:

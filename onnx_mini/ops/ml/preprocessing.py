@@ -153,8 +153,8 @@ def normalizer_1(*, norm="MAX"):
         d = divisor(row)
         if np.count_nonzero(d) < d.size:       # (count_nonzero: a C call, unlike d.all())
             d[d == 0] = 1
-        if row.dtype is _F32 and d.dtype is _F32 and row.nbytes >= memory.RECYCLE_MIN_BYTES:
-            y = np.divide(row, d, out=memory.empty(row.shape, _F32))        # (memory.py: 20 MB at 1000 rows)
+        if row.dtype is _F32 and d.dtype is _F32:       # large (20 MB at 1000 tf-idf rows): recycled
+            y = np.divide(row, d, out=memory.empty(row.shape, _F32))
         else:
             y = row / d
         return y.reshape(x.shape).astype(np.float32, copy=False)
