@@ -293,6 +293,30 @@ class SubPlan:
             return execute(plan, slots)
         return plain
 
+    def single_step(self, captured=()) -> tuple[Callable, list, tuple, Callable] | None:
+        """For a body of one step with one output that every body output names (a Scan RNN cell the
+        optimiser fused into one MatMul: the new state and the scan output are that step's result),
+        outside a hooked run: (fn, args, at, error). fn(*args) runs that step; args holds the body's
+        constants and captured values in place, its caller writes the body's inputs in, at[j] being
+        the positions in args of body input j; error(args, exc) is the KernelError to raise from a
+        failed call, naming the step as the executor's loop does. None for any other body (a kernel
+        then takes `runner`). A kernel iterating so keeps its own references to the values (no slot
+        list): an in-place step (inplace.py) sees one more than it was calibrated for and allocates."""
+        plan = self.plan
+        if len(plan.steps) != 1 or not plan.output_slots or TRACING.get() is not None:
+            return None
+        fn, ins, out, _ = plan.steps[0]
+        if out.__class__ is not int or any(s != out for s in plan.output_slots):
+            return None
+        base = plan.template.copy()
+        for s, p in self._picks:
+            base[s] = captured[p]
+        at = tuple(tuple(p for p, s in enumerate(ins) if s == slot) for slot in self._input_slots)
+
+        def error(args: list, exc: BaseException):
+            return plan.kernel_error(0, list(args), exc)
+        return fn, [base[s] for s in ins], at, error
+
     def _one_step(self, base: list, n: int, at: slice) -> Callable[[list], list]:
         """runner's function for a body of one step with one output (a Scan RNN cell the optimiser
         fused into one MatMul): that step called as the executor's loop calls it (arguments passed one

@@ -661,6 +661,59 @@ def test_scan_body_of_one_step(n_scan):
         assert_same(v, kept[k])
 
 
+def test_scan_body_of_one_step_two_states_and_reversed_rows():
+    """The one-step iterations (SubPlan.single_step) with two states that both take the step's result and a
+    scan output written backwards: the running sums by hand, the second state's initial value never read."""
+    body = graph([node("Add", ["a_in", "e"], ["a_out"], name="add")], ["a_in", "b_in", "e"],
+                 ["a_out", "a_out", "a_out"])
+    inputs = {"a": f32([1, 1]), "b": f32([7, 7]), "x": f32([[1, 2], [3, 4], [5, 6]])}
+    g = helper.make_graph([node("Scan", list(inputs), ["a_last", "b_last", "y"], body=body, num_scan_inputs=1,
+                                scan_output_directions=[1])], "g", [vinfo(k, v) for k, v in inputs.items()],
+                          [helper.make_empty_tensor_value_info(o) for o in ("a_last", "b_last", "y")])
+    prepared = onnx_mini.prepare(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], ir_version=10))
+    body_plan, = _body_of(prepared)
+    assert body_plan.single_step() is not None
+    a, b, y = prepared.run(inputs)
+    sums = f32([[2, 3], [5, 7], [10, 13]])
+    assert_same(a, sums[-1])
+    assert_same(b, sums[-1])
+    assert_same(y, sums[::-1])
+
+
+@pytest.mark.parametrize("size", [4, 20000])
+def test_scan_body_of_one_step_on_the_state_alone(size):
+    """A one-step body reading its state only (Tanh; the scan input sets the count): every row is the
+    next power of tanh, also where the state is large enough for the in-place Tanh (inplace.py), whose
+    buffer must not be a row already written."""
+    body = graph([node("Tanh", ["s_in"], ["s_out"], name="t")], ["s_in", "e"], ["s_out", "s_out"])
+    s0 = np.random.default_rng(3).standard_normal(size).astype(np.float32)
+    inputs = {"s": s0, "x": np.zeros((3, 1), np.float32)}
+    g = helper.make_graph([node("Scan", list(inputs), ["s_last", "y"], body=body, num_scan_inputs=1)], "g",
+                          [vinfo(k, v) for k, v in inputs.items()],
+                          [helper.make_empty_tensor_value_info(o) for o in ("s_last", "y")])
+    prepared = onnx_mini.prepare(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], ir_version=10))
+    rows = [np.tanh(s0)]
+    for _ in range(2):
+        rows.append(np.tanh(rows[-1]))
+    for _ in range(2):
+        s, y = prepared.run(inputs)
+        assert_same(y, np.stack(rows))
+        assert_same(s, rows[-1])
+
+
+def test_scan_body_of_one_step_is_profiled_step_by_step():
+    """A hooked run (the profiler) takes the body's runner, not the one-step iterations: the body's step
+    is counted once per element."""
+    inputs = {"init": f32([0.5, 0.25]), "x0": f32([[1, 2], [3, 4], [5, 6]])}
+    g = helper.make_graph([node("Scan", list(inputs), ["s", "y"], body=sum_body(1), num_scan_inputs=1)],
+                          "g", [vinfo(k, v) for k, v in inputs.items()],
+                          [helper.make_empty_tensor_value_info(o) for o in ("s", "y")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    p = onnx_mini.profile(m, inputs, runs=2, warmup=0)
+    step = next(n for n in p.nodes if n.depth == 1)
+    assert step.calls_per_run == 3 and step.op_type == "Sum"
+
+
 def test_scan_body_of_one_step_error_names_both_nodes():
     body = graph([node("Add", ["s_in", "e"], ["s_out"], name="inner_add")], ["s_in", "e"], ["s_out"])
     with pytest.raises(KernelError) as e:
