@@ -4,7 +4,8 @@ Each body graph arrives as a SubPlan, planned once at prepare time with the oute
 as extra inputs (plan.SubPlan). The step's arguments are the node's own inputs (`_n_inputs` of them,
 omitted ones as None) followed by the captured outer values: If hands them to `SubPlan.run`, Loop and
 Scan to `SubPlan.runner` once per call, whose function then runs one iteration with no planning,
-binding or lookup (the captured values and the hook are placed once).
+binding or lookup (the captured values and the hook are placed once); a Scan whose body is one step
+that every body output names (a fused RNN cell) calls that step itself (`SubPlan.single_step`).
 
 Values that are not tensors pass through untouched: a branch or a loop-carried value may be a
 sequence (a list) or an optional (None or its element). Loop/Scan scan outputs are tensors stacked
