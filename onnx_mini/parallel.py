@@ -19,7 +19,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 
-
 def _threads_from_environment() -> int:
     """ONNX_MINI_THREADS, or the CPU count when it is unset, empty or not a whole number (warned)."""
     value = os.environ.get("ONNX_MINI_THREADS", "").strip()

@@ -568,7 +568,7 @@ def fused_channel_affine(*, activation="", activation_params=()):
             raise InvalidValueError(f"X of shape {list(x.shape)} does not have {a.shape[0]} channels on axis 1")
         shape = (-1,) + (1,) * (x.ndim - 2)
         if x.dtype is a.dtype and x.dtype not in UPCAST and a.ndim == 1:
-            y = np.multiply(x, a.reshape(shape), out=memory.empty(x.shape, x.dtype))     # large: recycled
+            y = np.multiply(x, a.reshape(shape), out=memory.empty_like(x))     # large: recycled
         else:
             y = np.multiply(x.astype(np.float32) if x.dtype in UPCAST else x, a.reshape(shape))
         y += b.reshape(shape)

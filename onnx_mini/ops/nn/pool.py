@@ -206,7 +206,7 @@ def _flat_taps(y, ufunc, k, step):
     t < k (positions past the last full window set to zero)."""
     src = np.ascontiguousarray(y).reshape(-1)
     m = src.size - (k - 1) * step
-    out = memory.empty(y.shape, dtype=y.dtype)
+    out = memory.empty_like(y)
     flat = out.reshape(-1)
     if m > 0:
         acc = flat[:m]
