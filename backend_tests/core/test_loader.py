@@ -212,6 +212,19 @@ def test_load_returns_plain_objects():
     assert not m.graph.initializers["b"].flags.writeable
 
 
+def test_string_list_attributes_decode_as_utf8_and_keep_other_bytes():
+    # UTF-8 strings (bytes.decode per element) become str, a list holding any other bytes keeps those
+    # as bytes (decode_text per element) rather than failing to load
+    node = helper.make_node("Add", ["x", "b"], ["y"])
+    node.attribute.append(helper.make_attribute("names", ["leaf", "BRANCH_LEQ", "é€"]))
+    node.attribute.append(helper.make_attribute("raw", [b"ok", b"\xff\xfe", "ü".encode()]))
+    m = add_model()
+    m.graph.node[0].CopyFrom(node)
+    attrs = loader.load(m).graph.nodes[0].attrs
+    assert attrs["names"] == ["leaf", "BRANCH_LEQ", "é€"]
+    assert attrs["raw"] == ["ok", b"\xff\xfe", "ü"]
+
+
 def test_initializer_is_a_read_only_copy_of_the_proto_values():
     """An initializer may be a view over the bytes protobuf hands out (no second copy), but never over
     the caller's ModelProto: changing the proto afterwards changes nothing loaded."""

@@ -66,3 +66,44 @@ def test_transform_keys():
     def with_default(x, d=[1]):
         return x
     assert key(with_default, (a,)) is None                                # unhashable default: no reuse
+
+
+def test_a_qlinear_conv_scale_proof_is_made_once_per_node_and_bound(monkeypatch):
+    # The float32 rescale's proof (conv_quantized._scale_plan) of a constant QLinearConv depends on the
+    # scales, y's zero point and the accumulator bound: the optimiser's checks and the kernels that plan the
+    # node (NCHW and channels-last) share it within the model's planning. Two nodes reading the same scale
+    # and zero-point initializers but with other bounds (a 3x3 Conv, a depthwise one) each get their own.
+    from onnx_mini.ops.nn import conv_quantized
+    from helpers import conv2d_direct
+    proofs, plans = [], []
+    real_proof, real_plan = conv_quantized._scale_plan, conv_quantized._constant_qlinear_conv
+    monkeypatch.setattr(conv_quantized, "_scale_plan", lambda *a: proofs.append(a[-1]) or real_proof(*a))
+    monkeypatch.setattr(conv_quantized, "_constant_qlinear_conv", lambda *a, **k: plans.append(1) or real_plan(*a, **k))
+    rng = np.random.default_rng(4)
+    w1 = rng.integers(-128, 128, (8, 3, 3, 3)).astype(np.int8)
+    w2 = rng.integers(-128, 128, (8, 1, 3, 3)).astype(np.int8)
+    b = rng.integers(-2000, 2000, 8).astype(np.int32)
+    consts = {"xs": np.array(0.02, np.float32), "xz": np.array(128, np.uint8), "ws": np.array(0.01, np.float32),
+              "wz": np.array(0, np.int8), "ys": np.array(0.05, np.float32), "yz": np.array(3, np.uint8),
+              "w1": w1, "w2": w2, "b": b}
+    common = dict(pads=[1, 1, 1, 1], kernel_shape=[3, 3])
+    nodes = [helper.make_node("QLinearConv", ["x", "xs", "xz", "w1", "ws", "wz", "ys", "yz", "b"], ["h"], **common),
+             helper.make_node("QLinearConv", ["h", "ys", "yz", "w2", "ws", "wz", "ys", "yz", "b"], ["y"], group=8,
+                              **common)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 3, 6, 7])],
+                          [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
+                          [numpy_helper.from_array(v, k) for k, v in consts.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    prepared = onnx_mini.prepare(model)
+    assert len(proofs) == 2 and proofs[0] != proofs[1]         # one per node: two bounds
+    assert len(plans) > len(proofs)                   # the node planned more often than proven
+    x = rng.integers(0, 256, (1, 3, 6, 7)).astype(np.uint8)
+
+    def qconv(xq, xs, xz, w, group):
+        acc = conv2d_direct(xq.astype(np.int64) - int(xz), w.astype(np.int64), b, (1, 1), (1, 1, 1, 1), group,
+                            dtype=np.int64)
+        scale = np.float64(xs) * np.float64(consts["ws"]) / np.float64(consts["ys"])
+        return np.clip(np.rint(acc * scale) + 3, 0, 255).astype(np.uint8)
+    h = qconv(x, consts["xs"], 128, w1, 1)
+    want = qconv(h, consts["ys"], 3, w2, 8)
+    np.testing.assert_array_equal(prepared.run({"x": x})[0], want)

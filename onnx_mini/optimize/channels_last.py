@@ -52,6 +52,8 @@ MIN_CONVS = 2           # a region's Convs, at least one depthwise (what the lay
 
 def run_channels_last(ctx: Context) -> bool:
     convs = {id(n): n for n in ctx.nodes if _conv(ctx, n) is not None}
+    if len(convs) < MIN_CONVS or not any(map(_depthwise, convs.values())):
+        return False    # no region can qualify (_components): skip the walk, whose checks bind each node's kernel
     data = {i: [n.inputs[k] for k in _conv_data(n) if k < len(n.inputs) and n.inputs[k]] for i, n in convs.items()}
     region = dict(convs)
     changed = True
