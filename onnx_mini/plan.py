@@ -232,6 +232,14 @@ class SubPlan:
         not make a value nobody reads (a Loop's iteration number, often)."""
         return self._read[k]
 
+    def _slots(self, captured) -> list:
+        """A fresh slot list of the body: its constants, and the captured outer values in their slots
+        (the body's inputs, never among those, are left for the caller)."""
+        slots = self.plan.template.copy()
+        for s, p in self._picks:
+            slots[s] = captured[p]
+        return slots
+
     def run(self, inputs, captured=()) -> list:
         """Run the body once: `inputs` in the body's input order, `captured` the step's captured tail."""
         if len(inputs) != len(self._input_slots):
@@ -239,11 +247,9 @@ class SubPlan:
                                     f"{len(inputs)} given")
         if self._fixed is not None:
             return list(self._fixed)
-        slots = self.plan.template.copy()
+        slots = self._slots(captured)
         for s, v in zip(self._input_slots, inputs):
             slots[s] = v
-        for s, p in self._picks:
-            slots[s] = captured[p]
         tracing = TRACING.get()
         if tracing is None:
             return self._execute(self.plan, slots)
@@ -257,9 +263,7 @@ class SubPlan:
         f empties `inputs`: the body's slots then hold the only references to values its caller keeps
         no more (a Loop's carried values, handed back from the previous iteration), and the body's
         in-place steps (inplace.py) may write the next values into their buffers."""
-        base = self.plan.template.copy()
-        for s, p in self._picks:
-            base[s] = captured[p]
+        base = self._slots(captured)
         plan, execute, n, at = self.plan, self._execute, len(self._input_slots), self._inputs_at
         tracing = TRACING.get()
         input_slots = self._input_slots
@@ -308,9 +312,7 @@ class SubPlan:
         fn, ins, out, _ = plan.steps[0]
         if out.__class__ is not int or any(s != out for s in plan.output_slots):
             return None
-        base = plan.template.copy()
-        for s, p in self._picks:
-            base[s] = captured[p]
+        base = self._slots(captured)
         at = tuple(tuple(p for p, s in enumerate(ins) if s == slot) for slot in self._input_slots)
 
         def error(args: list, exc: BaseException):

@@ -421,7 +421,7 @@ def _single_step_iterations(fast, states, seqs, puts, n: int, last: int) -> list
             put(last - t if reverse else t, y)
         for p in state_at:
             args[p] = y
-    return list(states) if y is None else [y] * n
+    return [y] * n                      # (at least one iteration: single_step is not asked for none)
 
 
 @kernel("Scan", since=9)
