@@ -297,6 +297,45 @@ def test_qlinear_conv_zero_point_fold_against_int64(monkeypatch, xt, x_zp, w_sha
     assert calls
 
 
+@pytest.mark.parametrize("x_shape,w_shape,group,attrs", [
+    ((2, 5, 11), (3, 5, 4), 1, dict(pads=[3, 1], strides=[2], dilations=[2])),
+    ((1, 4, 7, 6), (4, 1, 3, 3), 4, dict(pads=[1, 0, 2, 1], strides=[2, 1])),
+    ((1, 4, 7, 6), (6, 2, 3, 2), 2, dict(auto_pad="SAME_LOWER", strides=[3, 2], dilations=[1, 2])),
+    ((1, 3, 5, 5), (2, 3, 3, 3), 1, dict(auto_pad="VALID")),
+    ((1, 2, 4, 5, 6), (3, 2, 2, 3, 3), 1, dict(pads=[1, 0, 2, 0, 1, 1], strides=[1, 2, 2])),
+])
+def test_zero_point_fold_sums_w_over_the_taps_inside_x(x_shape, w_shape, group, attrs):
+    """The fold's map of W summed over the taps inside X, per output position, against the sum written out:
+    for each output position, each tap whose input position (o * stride - begin + t * dilation) lies in X
+    (1-D, 2-D, 3-D; pads, auto_pad, strides, dilations, groups)."""
+    rng = np.random.default_rng(sum(w_shape))
+    ws = rng.integers(-255, 256, w_shape).astype(F32)
+    a = conv_quantized._attrs(**{"auto_pad": "NOTSET", "dilations": None, "group": group, "kernel_shape": None,
+                                 "pads": None, "strides": None, **attrs})
+    fold = conv_quantized._ZeroPointFold(a, ws, None, 7)
+    got = fold._covered(x_shape[1:])
+    r = len(x_shape) - 2
+    sizes, kernel = x_shape[2:], w_shape[2:]
+    strides, dil = attrs.get("strides", [1] * r), attrs.get("dilations", [1] * r)
+    extent = [(k - 1) * d + 1 for k, d in zip(kernel, dil)]
+    if attrs.get("auto_pad") == "SAME_LOWER":
+        out = [-(-n // s) for n, s in zip(sizes, strides)]
+        total = [max(0, (o - 1) * s + e - n) for o, s, e, n in zip(out, strides, extent, sizes)]
+        begin = [t - t // 2 for t in total]
+    else:
+        pads = attrs.get("pads", [0] * 2 * r)
+        begin = pads[:r]
+        out = [(n + pads[a] + pads[r + a] - e) // s + 1 for a, (n, e, s) in enumerate(zip(sizes, extent, strides))]
+    want = np.zeros((1, w_shape[0], *out), np.int64)
+    for m in range(w_shape[0]):
+        for o in np.ndindex(*out):
+            for t in np.ndindex(*kernel):
+                pos = [oi * s - b + ti * d for oi, s, b, ti, d in zip(o, strides, begin, t, dil)]
+                if all(0 <= p < n for p, n in zip(pos, sizes)):
+                    want[(0, m) + o] += int(ws[(m, slice(None)) + t].sum())
+    assert got.shape == want.shape and np.array_equal(got, want)        # exact integers
+
+
 def test_qlinear_conv_zero_point_fold_without_bias(monkeypatch):
     """No B: the fold's bias is -x_zp * sum(W) alone, and its map at the padded borders (x_zp = 1, odd)."""
     calls = folds(monkeypatch)

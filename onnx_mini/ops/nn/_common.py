@@ -64,6 +64,19 @@ def geometry(in_sizes, kernel, strides, dilations, pads, auto_pad: str, ceil_mod
     return begin, end, out
 
 
+def taps_inside(in_sizes, kernel, strides, dilations, begin, out, end=None) -> list[np.ndarray]:
+    """Per spatial axis, a bool (output size, kernel size) mask: whether output o's tap t reads a cell
+    of the input (position o * stride - begin + t * dilation in [0, size)), or with `end` given a cell
+    of the input or of its explicit padding ([-begin, size + end)). A window's cells are the product
+    of its axes' masks: AveragePool counts them, QLinearConv's zero-point fold sums W over them."""
+    masks = []
+    for a, (i, k, s, dl, b, o) in enumerate(zip(in_sizes, kernel, strides, dilations, begin, out)):
+        pos = np.arange(o)[:, None] * s - b + np.arange(k)[None, :] * dl
+        lo, hi = (0, i) if end is None else (-b, i + end[a])
+        masks.append((pos >= lo) & (pos < hi))
+    return masks
+
+
 def pad_spatial(x: np.ndarray, begin, end, value=0) -> np.ndarray:
     """x with its trailing len(begin) axes padded by `value` (x itself when there is no padding)."""
     if not any(begin) and not any(end):

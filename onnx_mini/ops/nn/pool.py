@@ -37,7 +37,7 @@ from ... import memory
 from ...errors import InvalidValueError
 from ...registry import kernel
 from .._common import UPCAST, as_array
-from ._common import check_auto_pad, geometry, pad_spatial, per_image, read_extent
+from ._common import check_auto_pad, geometry, pad_spatial, per_image, read_extent, taps_inside
 
 # A batch at least this large is pooled image by image (ResNet-50's first MaxPool at batch 32: 2.1 ms
 # per image over the whole batch, 1 ms for one image alone).
@@ -367,11 +367,8 @@ def max_pool_10(*, kernel_shape, auto_pad="NOTSET", pads=None, strides=None, sto
 def _divisor(in_sizes, kernel, strides, dilations, begin, end, out, include_pad, dtype):
     """Number of counted cells per window, shape out (a 0-d array when every window counts the same),
     of the given dtype: the input's cells, plus the explicit/auto padding with count_include_pad."""
-    per_axis = []
-    for i, k, s, dl, b, e, o in zip(in_sizes, kernel, strides, dilations, begin, end, out):
-        pos = np.arange(o)[:, None] * s - b + np.arange(k)[None, :] * dl
-        lo, hi = (-b, i + e) if include_pad else (0, i)
-        per_axis.append(((pos >= lo) & (pos < hi)).sum(axis=1).astype(np.float64))
+    per_axis = [inside.sum(axis=1).astype(np.float64) for inside in
+                taps_inside(in_sizes, kernel, strides, dilations, begin, out, end if include_pad else None)]
     if all(np.all(a == a[0]) for a in per_axis):
         total = np.asarray(math.prod(a[0] for a in per_axis))
     else:
