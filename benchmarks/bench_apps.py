@@ -298,26 +298,30 @@ def main(argv=None) -> int:
           f"{BLOCKS[args.quick]} alternating blocks each (pause {PAUSE} s + one untimed call, then >= "
           f"{BLOCK_SECONDS[args.quick]} s of back-to-back calls); per-call medians", flush=True)
     warm_up()
-    load_start = os.getloadavg()
+    load_start, speed_start = os.getloadavg(), core.speed_probe()
+    print("machine speed at start:", core.speed_text(speed_start), flush=True)
     rows, notes = [], []
     for name in names:
         row = run_case(name, args.quick, notes)
         if row:
             rows.append(row)
-    load_end = os.getloadavg()
+    load_end, speed_end = os.getloadavg(), core.speed_probe()
     load = (f"load average (1/5/15 min) at start {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}, "
             f"at end {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f} ({os.cpu_count()} CPUs)")
+    speed = f"machine speed at start: {core.speed_text(speed_start)}; at end: {core.speed_text(speed_end)}"
     print(f"\nResults ({mode} run; median time per call; mini/ort = onnx_mini / onnxruntime; max err = worst "
           "output difference (relative to the output's max |value|; for labels the fraction that differ); "
           "'!' = beyond the case's tolerance)")
     print("machine:", core.machine_info())
     print(load)
+    print(speed)
     print(render(rows))
     print("cases: " + "; ".join(f"{r['name']} = {r['label']}" for r in rows))
     summary = bars(rows)
     core.print_findings("Bars of issue 22 (measured)", summary, notes)
     payload = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "mode": mode,
                "machine": core.machine_info(), "tools": versions, "load": load,
+               "speed": {"start": speed_start, "end": speed_end},
                "method": {"ort_threads": ORT_THREADS, "blocks": BLOCKS[args.quick], "pause_s": PAUSE,
                           "block_seconds": BLOCK_SECONDS[args.quick]},
                "rows": rows, "bars": summary, "notes": notes}

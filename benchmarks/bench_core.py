@@ -747,6 +747,45 @@ def machine_info() -> str:
             + (" (glibc malloc tuned at the first run)" if onnx_mini.memory.MALLOC == "tuned" else ""))
 
 
+def speed_probe() -> dict[str, float]:
+    """This machine's speed now, in ~50 ms: a pure-Python loop (ns an iteration), a numpy ufunc call on a
+    tiny array (ns a call) and float32 tanh (ns a value), medians of a few repeats. The load average misses
+    what slows this VM most (a 3M-iteration Python loop took 268 and 401 ms a minute apart, nothing else
+    of ours running, /proc/stat's steal time under 1%), and onnx_mini's small-model times follow the first
+    two where onnxruntime's C++ moves less; bench_apps and bench_suite print it at their start and end."""
+    def per(fn, n, reps=5):
+        times = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        return statistics.median(times) / n * 1e9
+
+    def loop():
+        s = 0
+        for i in range(100_000):
+            s += i
+
+    tiny, zero = np.ones(16, np.float32), np.zeros(16, np.float32)
+    wide = np.linspace(-3, 3, 16384, dtype=np.float32)
+    out = np.empty_like(wide)
+
+    def calls():
+        for _ in range(5_000):
+            np.add(tiny, zero, out=tiny)
+
+    def tanh():
+        for _ in range(10):
+            np.tanh(wide, out=out)
+    return {"python_loop_ns": per(loop, 100_000), "numpy_call_ns": per(calls, 5_000),
+            "tanh_f32_ns": per(tanh, 10 * wide.size)}
+
+
+def speed_text(probe: dict[str, float]) -> str:
+    return (f"python loop {probe['python_loop_ns']:.0f} ns/iteration, numpy tiny call {probe['numpy_call_ns']:.0f} ns, "
+            f"float32 tanh {probe['tanh_f32_ns']:.2f} ns/value")
+
+
 def report(table: "Table", quick: bool, start: float, extra: str = "",
            what: str = "median of repeats after warm-up") -> None:
     """The closing report every benchmark script prints: the table, `extra` lines, notes, total time."""

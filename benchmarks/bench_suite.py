@@ -491,8 +491,9 @@ def main(argv=None) -> int:
     print("machine:", core.machine_info())
     print(f"mode: {mode}; onnxruntime intra_op_num_threads={ORT_THREADS}; "
           + ("each runtime in its own subprocess" if memory else "all runtimes in this process"), flush=True)
-    load_start = os.getloadavg()
+    load_start, speed_start = os.getloadavg(), core.speed_probe()
     print(f"load average at start (1/5/15 min): {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}")
+    print("machine speed at start:", core.speed_text(speed_start))
     cases = [c for c in _cases() if not args.only or any(o in c.name for o in args.only)]
     rows, notes = [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -576,10 +577,11 @@ def main(argv=None) -> int:
           "load and gc, per runtime in its own process; mini/ort = onnx_mini / onnxruntime, ref/mini = "
           "onnx.reference / onnx_mini; '!' = onnx_mini output differs)")
     print("machine:", core.machine_info())
-    load_end = os.getloadavg()
+    load_end, speed_end = os.getloadavg(), core.speed_probe()
     load = (f"load average (1/5/15 min) at start {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}, "
             f"at end {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f} (this machine has {os.cpu_count()} CPUs)")
     print(load)
+    print(f"machine speed at start: {core.speed_text(speed_start)}; at end: {core.speed_text(speed_end)}")
     print(render(rows, memory))
     legend = [f"{r['name']} = {r['label']}" for r in rows if r["group"] != "light"]
     if any(r["group"] == "light" for r in rows):
@@ -588,7 +590,8 @@ def main(argv=None) -> int:
     bars = summary(rows, memory)
     core.print_findings("Bars of issue 9 (measured)", bars, notes)
     payload = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "mode": mode,
-               "machine": core.machine_info(), "load": load, "rows": rows, "bars": bars, "notes": notes}
+               "machine": core.machine_info(), "load": load, "speed": {"start": speed_start, "end": speed_end},
+               "rows": rows, "bars": bars, "notes": notes}
     results = Path(args.results)
     if not args.only:       # a partial run does not overwrite the saved results
         results.mkdir(parents=True, exist_ok=True)
