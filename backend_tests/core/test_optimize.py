@@ -190,6 +190,28 @@ def test_product_plus_activation_is_one_step(producer, act, extra, attrs):
     check(model(nodes, [("x", F, shape)], [("y", F, None)], inits), [rand(*shape)], [(FUSED, producer)])
 
 
+@pytest.mark.parametrize("act, attrs", [("HardSigmoid", {"alpha": 0.3, "beta": 0.4}), ("HardSwish", {})])
+@pytest.mark.parametrize("one_pass", [True, False])
+def test_fused_hard_activations_clip_in_one_pass_or_two(monkeypatch, act, attrs, one_pass):
+    """The fused HardSigmoid / HardSwish clip alpha * x + beta to [0, 1] with one np.clip pass from
+    fused.CLIP_ONE_PASS_MIN values on, with a minimum and a maximum below: either way the unfused nodes'
+    bits, on a Conv output of 6 x 48 x 48 values (large) holding values on both sides of the bounds, NaN
+    and infinities."""
+    from onnx_mini.ops import fused
+    monkeypatch.setattr(fused, "CLIP_ONE_PASS_MIN", 0 if one_pass else 1 << 40)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["p"], pads=[1, 1, 1, 1]),
+             helper.make_node(act, ["p"], ["y"], **attrs)]
+    m = model(nodes, [("x", F, [1, 3, 48, 48])], [("y", F, None)], [init("w", 3 * rand(6, 3, 3, 3)), init("b", rand(6))])
+    x = 4 * rand(1, 3, 48, 48)
+    x[0, 0, 5, 5:8] = [np.nan, np.inf, -np.inf]
+    opt, raw = onnx_mini.prepare(m), onnx_mini.prepare(m, optimize=False)
+    assert steps(opt) == [(FUSED, "Conv")]
+    with np.errstate(invalid="ignore"):
+        got, want = opt.run([x])[0], raw.run([x])[0]
+    assert np.isnan(got).any() and (got == 0).any() and (got > 1).any() == (act == "HardSwish")
+    np.testing.assert_array_equal(got, want)
+
+
 def test_matmul_add_relu_is_one_step_and_matmul_add_alone_too():
     inits = [init("w", rand(2, 5, 4)), init("b", rand(4))]
     nodes = [helper.make_node("MatMul", ["x", "w"], ["p"]), helper.make_node("Add", ["b", "p"], ["s"]),

@@ -33,7 +33,7 @@ from .nn.conv import Convolution
 from .nn.conv.channels_last import ConvNHWC
 from .nn.conv_quantized import qlinear_conv_channels_last
 from .nn.normalization import last_axis_sums, layer_normalization_17
-from .quantization import quantize_dequantize, quantized_lookup
+from .quantization import _clip, quantize_dequantize, quantized_lookup
 
 FUSED_DOMAIN = "onnx_mini.fused"
 
@@ -82,8 +82,11 @@ def _activation(name: str, params):
         def hard(y):
             t = np.multiply(y, alpha) if name == "HardSwish" else np.multiply(y, alpha, out=y)
             t += beta
-            with_scalar(np.minimum, t, 1, out=t)
-            with_scalar(np.maximum, t, 0, out=t)
+            if t.size >= CLIP_ONE_PASS_MIN:     # one pass, as Clip's (NaN propagates alike; t is never -0.0
+                _clip(t, 0, 1, out=t)           # here but for a beta of -0.0, which np.clip keeps as the
+            else:                               # unfused HardSigmoid does)
+                with_scalar(np.minimum, t, 1, out=t)
+                with_scalar(np.maximum, t, 0, out=t)
             if name == "HardSwish":
                 y *= t
         return hard
