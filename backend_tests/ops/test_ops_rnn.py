@@ -453,6 +453,35 @@ def test_directions_on_their_own_threads(op, attrs, monkeypatch):
         np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("layout", [0, 1])
+@pytest.mark.parametrize("op,attrs", CELLS)
+def test_batch_halves_on_two_threads(op, attrs, layout, monkeypatch):
+    """One direction's full sequences as two runs on the batch's halves, each on its own thread (fast.split_batch,
+    forced here for a small batch): an odd batch, initial states, layout 1, every output and Y alone; the
+    reference's values and the same values as one run on the whole batch. Not where the run may use one
+    thread, nor with sequence_lens."""
+    n_outputs = 3 if op == "LSTM" else 2
+    ins = make_inputs(op, T=5, nb=7, I=3, H=6, layout=layout, init=True, seed=29)
+    whole = check(op, 22, ins, n_outputs, layout=layout, **attrs)
+    halves = []
+    split = fast.split_batch
+    monkeypatch.setattr(fast, "SPLIT_BATCH_MIN", 2)
+    monkeypatch.setattr(fast, "SPLIT_BATCH_MIN_HIDDEN", 1)
+    monkeypatch.setattr(fast, "split_batch", lambda *a: halves.append(split(*a)) or halves[-1])
+    apart = check(op, 22, ins, n_outputs, layout=layout, **attrs)
+    assert halves[0] is True and halves[1:] == [False, False]      # the halves (3 and 4 sequences) split no further
+    for x, y in zip(whole, apart):
+        np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-6)
+    y_alone = run_node(op, 22, ins, n_outputs=1, layout=layout, **attrs)
+    np.testing.assert_allclose(y_alone, whole[0], rtol=1e-6, atol=1e-6)
+    del halves[:]
+    ins[4] = np.array([5, 2, 5, 5, 1, 5, 5], np.int32)                 # sequence_lens: one run
+    check(op, 22, ins, n_outputs, layout=layout, **attrs)
+    assert halves == []
+    monkeypatch.setattr(fast.parallel, "threads", lambda: 1)           # one thread: one run
+    assert not split(8, 8)
+
+
 def weights_model(op, ins, constant, shapes=None, **attrs):
     """A one-node model whose inputs listed in `constant` (indices) are initializers, the others fed
     (declared with their shapes, or shapes[name]); -> (prepared model, feeds)."""

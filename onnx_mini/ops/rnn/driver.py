@@ -157,6 +157,8 @@ def recurrent(op, cell, *, direction, layout, hidden_size, activations, activati
         if initial_c is not None and (initial_c.shape != state_shape or initial_c.dtype != dtype):
             _check_state("initial_c", initial_c, dtype, state_shape)
         lens = None if sequence_lens is None else _lengths(sequence_lens, T, Bn)
+        if on_tuned and D == 1 and T > 1 and lens is None and fast.split_batch(Bn, H):
+            return in_halves(X, W, R, B, initial_h, initial_c, Bn)
         if T == 1 and D == 1 and on_tuned and lens is None and (Bn == 1 or not fast.column_form(Bn, H)):
             return one_step(X, Bn, w, initial_h, initial_c)
         col = on_tuned and fast.column_form(Bn, H)
@@ -245,6 +247,26 @@ def recurrent(op, cell, *, direction, layout, hidden_size, activations, activati
             trans = [(2, 0, 1, 3), (1, 0, 2), (1, 0, 2)]
             outs = [None if v is None else v.transpose(p) for v, p in zip(outs, trans)]
         return tuple(outs)
+
+    def in_halves(X, W, R, B, initial_h, initial_c, Bn):
+        """run of one direction, every sequence full, as two runs on the batch's halves (the recurrence of
+        each sequence is its own), each on its own thread with one OpenBLAS thread (fast.split_batch);
+        the outputs joined along the batch axis."""
+        axis = 1 if layout == 0 else 0                  # the batch axis of X and of the states
+        edges = (0, Bn // 2, Bn)
+        parts = [None, None]
+
+        def rows(v, k):
+            return None if v is None else v[(slice(None),) * axis + (slice(edges[k], edges[k + 1]),)]
+
+        def work(lo, hi):
+            for k in range(lo, hi):
+                parts[k] = run(rows(X, k), W, R, B, None, rows(initial_h, k), rows(initial_c, k))
+        with blas.own_threads():
+            parallel.split(work, 2, 1)
+        y_axis = 2 if layout == 0 else 0                # Y: [T, D, B, H] or [B, T, D, H]
+        return tuple(None if a is None else np.concatenate((a, b), axis=y_axis if i == 0 else axis)
+                     for i, (a, b) in enumerate(zip(*parts)))
 
     def one_step(X, Bn, w, initial_h, initial_c):
         """run for T=1, one direction, row form, every sequence full (a greedy decoder's or a stream's call):

@@ -211,3 +211,17 @@ def split_directions(Bn, H, G):
 
 
 SPLIT_DIRECTIONS_MACS = 2 ** 21
+
+
+def split_batch(Bn, H) -> bool:
+    """Whether one direction's full sequences run as two batch halves, each its own loop on its own thread
+    with one OpenBLAS thread (driver's in_halves: one hand-off a run; each sequence's recurrence is its own)."""
+    return parallel.threads() > 1 and Bn >= SPLIT_BATCH_MIN and H >= SPLIT_BATCH_MIN_HIDDEN
+
+
+# From this batch and hidden size (T=100, the whole kernel, the old and new package alternating in one
+# process, new / old): LSTM H=256 B=48 0.77, B=64 0.70, B=128 0.84; GRU H=256 B=64 0.83; LSTM H=128 B=64
+# 0.68, H=64 B=64 0.89; a tie at H=256 B=32 (LSTM 0.99, GRU 0.97) and GRU H=64 B=256 (1.02); LSTM H=32
+# B=64 1.61 (steps too small: the two loops' Python contends for the GIL).
+SPLIT_BATCH_MIN = 48
+SPLIT_BATCH_MIN_HIDDEN = 64
