@@ -44,6 +44,18 @@ _INPLACE = (np.dtype(np.float32), np.dtype(np.float64))
 CLIP_ONE_PASS_MIN = 16384
 
 
+def _clip_between(y, lo, hi) -> None:
+    """y = min(max(y, lo), hi) in place (float32/float64 y, scalar bounds): one clip pass from
+    CLIP_ONE_PASS_MIN values on, a maximum and a minimum pass below. NaN propagates either way and lo > hi
+    gives hi; only a zero's sign may differ (np.clip keeps a -0.0 that max(-0.0, 0.0) turns to 0.0), as it
+    does against the unfused HardSigmoid / HardSwish, which clip in one pass: equal values."""
+    if y.size >= CLIP_ONE_PASS_MIN:
+        _clip(y, lo, hi, out=y)
+    else:
+        with_scalar(np.maximum, y, lo, out=y)
+        with_scalar(np.minimum, y, hi, out=y)
+
+
 def _activation(name: str, params):
     """The function applying activation `name` in place on a float32/float64 (or, Relu/Clip, integer) array."""
     p = tuple(params)
@@ -54,14 +66,12 @@ def _activation(name: str, params):
         bounds = {}     # float dtype -> (lo, hi) of that type
 
         def clip(y):
-            if lo is not None and hi is not None and y.size >= CLIP_ONE_PASS_MIN and y.dtype in _INPLACE:
+            if lo is not None and hi is not None and y.dtype in _INPLACE:
                 lh = bounds.get(y.dtype)
                 if lh is None:
                     with np.errstate(over="ignore"):     # a bound past float32's range: +-inf
                         lh = bounds[y.dtype] = (y.dtype.type(lo), y.dtype.type(hi))
-                # one pass: min(max(y, lo), hi) as the two below (NaN propagates, lo > hi gives hi); only a
-                # zero's sign may differ (np.clip keeps a -0.0 that max(-0.0, 0.0) turns to 0.0): equal values
-                np.clip(y, *lh, out=y)
+                _clip_between(y, *lh)
                 return
             if lo is not None:
                 with_scalar(np.maximum, y, lo, out=y)
@@ -82,11 +92,7 @@ def _activation(name: str, params):
         def hard(y):
             t = np.multiply(y, alpha) if name == "HardSwish" else np.multiply(y, alpha, out=y)
             t += beta
-            if t.size >= CLIP_ONE_PASS_MIN:     # one pass, as Clip's (NaN propagates alike; t is never -0.0
-                _clip(t, 0, 1, out=t)           # here but for a beta of -0.0, which np.clip keeps as the
-            else:                               # unfused HardSigmoid does)
-                with_scalar(np.minimum, t, 1, out=t)
-                with_scalar(np.maximum, t, 0, out=t)
+            _clip_between(t, 0, 1)
             if name == "HardSwish":
                 y *= t
         return hard
