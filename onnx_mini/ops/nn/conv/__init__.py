@@ -6,7 +6,8 @@
 - select.py: which algorithm computes a Conv (a pure function; the names `conv_algorithm` takes);
 - thresholds.py: the tuned thresholds, one table;
 - the algorithms: pointwise.py, im2col.py, shifted.py, strips.py, winograd.py, depthwise.py (with
-  its layouts depthwise_flat.py and depthwise_channels_last.py), banded.py; grouped.py (the grouped products
+  its layouts depthwise_flat.py and depthwise_channels_last.py), banded.py, dft.py (a windowed real DFT
+  basis W by the real FFT); grouped.py (the grouped products
   pointwise and im2col share with ConvTranspose and DeformConv).
 """
 from .grouped import grouped_matmul

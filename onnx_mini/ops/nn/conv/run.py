@@ -12,7 +12,9 @@ the model (never in a process-wide cache):
 - W as one image's im2col multiplies it, B as one more column (`_biased`): its taps in a channels-last
   window's order (im2col.last_weights) on the first run with channels-last columns, as they are on
   the first with the bias row;
-- W's kernel rows stacked with B in a column (strips.weights): on the first run by strips.
+- W's kernel rows stacked with B in a column (strips.weights): on the first run by strips;
+- whether W is a windowed real DFT basis (an STFT as a Conv1d), and its window (dft.basis): when the
+  Convolution is made.
 A W fed at run time is transformed on every call, as are a constant W's transforms when another W
 comes instead (identity decides: a constant arrives as that same array). W's finiteness (for the
 transforms that need it) is checked once for a constant W, per call otherwise; X's on every call.
@@ -24,7 +26,7 @@ import numpy as np
 from .... import blas, memory
 from .._common import finite, per_image, read_extent
 from ..._common import UPCAST
-from . import banded, checks, depthwise, im2col, pointwise, shifted, strips, thresholds, winograd
+from . import banded, checks, depthwise, dft, im2col, pointwise, shifted, strips, thresholds, winograd
 from .select import EMPTY, NEEDS_FINITE, check_name, select
 
 
@@ -55,6 +57,7 @@ class Convolution:
                 and all(s == 1 for s in strides or ()) and not any(pads or ())
                 and pointwise.sums_bias(w.shape[1] * group, w.shape[0], group)):
             self.kept["bias column", shuffle] = pointwise.bias_column(w, b, group, shuffle)
+        self.dft = dft.basis(w) if w is not None and group == 1 and not exact else None
 
     def __call__(self, x, w, b=None, *, epilogue=None, shuffle=False):
         """Y = Conv(X, W, B), the output's float32/float64 images finished by epilogue(y_part, i0, i1)
@@ -128,6 +131,8 @@ class Convolution:
             if b is not None:
                 y += b.reshape(m, 1, 1)
             bias = None
+        elif name == "dft":
+            y = dft.conv(x, self.dft, strides[0], begin[0], end[0], out[0])
         elif name in depthwise.LAYOUTS:
             y = depthwise.conv(x, w, b, group, kernel, strides, dil, begin, out, name, layout.memo,
                                lambda k, make: layout.keep(constant, k, make))
@@ -174,7 +179,8 @@ class Convolution:
         def choose(splitting, finite_values):
             return select(x.shape, w.shape, x.dtype, group=self.group, kernel=kernel, strides=strides,
                           dilations=dil, begin=begin, end=end, out=out, finite=finite_values, forced=self.forced,
-                          shuffle=shuffle, exact=self.exact, splitting=splitting)
+                          shuffle=shuffle, exact=self.exact, splitting=splitting,
+                          dft=self.dft is not None and w is self.w)
 
         def pair(splitting):        # (the algorithm, the one taken when X or W turn out not finite)
             name = choose(splitting, self.w_finite if w is self.w else True)

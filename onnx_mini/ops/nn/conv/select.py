@@ -14,7 +14,9 @@ Algorithms (the names `prepare(model, conv_algorithm=...)` takes):
   take quarters and grow the values) (winograd.py);
 - "depthwise-flat", "depthwise-channels-last": one input channel per group (depthwise.py);
 - "depthwise-einsum": the same with one output channel per input channel;
-- "depthwise-banded": the same, 2-D, float32/float64 compute type, finite X and W (banded.py).
+- "depthwise-banded": the same, 2-D, float32/float64 compute type, finite X and W (banded.py);
+- "dft": a constant W that is a windowed real DFT basis (an STFT as a Conv1d: `dft`, dft.basis),
+  dilation 1, float32, finite X: numpy's real FFT of the frames (dft.py).
 "empty" is not an algorithm: no product to sum (no image, no output or no input channel), Y is B.
 
 A forced algorithm is taken wherever it can compute the Conv (its thresholds ignored); where it
@@ -31,9 +33,9 @@ from ..._common import UPCAST
 from . import banded, strips, thresholds, winograd
 
 ALGORITHMS = ("pointwise", "im2col", "shifted", "strips", "winograd", "depthwise-flat", "depthwise-channels-last",
-              "depthwise-einsum", "depthwise-banded")
+              "depthwise-einsum", "depthwise-banded", "dft")
 EMPTY = "empty"
-NEEDS_FINITE = frozenset({"winograd", "depthwise-banded"})   # their transforms turn an infinity into NaN
+NEEDS_FINITE = frozenset({"winograd", "depthwise-banded", "dft"})   # their transforms turn an infinity into NaN
 
 
 def check_name(name) -> str | None:
@@ -45,7 +47,7 @@ def check_name(name) -> str | None:
 
 def select(x_shape, w_shape, dtype, *, group: int, kernel, strides, dilations, begin, end, out,
            finite: bool = True, forced: str | None = None, shuffle: bool = False, exact: bool = False,
-           splitting: bool = False) -> str:
+           splitting: bool = False, dft: bool = False) -> str:
     """The algorithm for X of `x_shape` and type `dtype` (float16/bfloat16 compute in float32), W of
     `w_shape`, and the checked geometry (kernel, strides, dilations, pads begin/end, output sizes).
     finite: whether X and W may go to the algorithms that need finite values (False when a value is
@@ -54,7 +56,8 @@ def select(x_shape, w_shape, dtype, *, group: int, kernel, strides, dilations, b
     hold integers whose sums must stay exact (ConvInteger, QLinearConv in float32): no Winograd;
     splitting: the run splits its products over onnx_mini's pool (blas.splitting()): no shifted, whose
     per-tap products each pay a hand-off and whose accumulations run on one thread, where im2col shares
-    its gathers and products among the threads (thresholds.SHIFT_WHEN_SPLITTING)."""
+    its gathers and products among the threads (thresholds.SHIFT_WHEN_SPLITTING); dft: W is the
+    Conv's constant and a windowed real DFT basis (dft.basis found one)."""
     n, c = x_shape[:2]
     m, cg = w_shape[:2]
     if n == 0 or m == 0 or cg == 0:
@@ -77,7 +80,9 @@ def select(x_shape, w_shape, dtype, *, group: int, kernel, strides, dilations, b
                 "depthwise-flat": depthwise,
                 "depthwise-channels-last": depthwise,
                 "depthwise-einsum": depthwise and mult == 1,
-                "depthwise-banded": depthwise and finite and banded.applies(dtype, kernel, mult)}[name]
+                "depthwise-banded": depthwise and finite and banded.applies(dtype, kernel, mult),
+                "dft": (dft and finite and not exact and dtype == np.float32 and len(kernel) == 1 and group == 1
+                        and dilations[0] == 1)}[name]
 
     if forced is not None and applies(forced):
         return forced
@@ -86,6 +91,9 @@ def select(x_shape, w_shape, dtype, *, group: int, kernel, strides, dilations, b
     if shuffle:
         raise ValueError("a channel shuffle is folded only into pointwise Conv")
     pixels = math.prod(out)
+    if (applies("dft") and kernel[0] >= thresholds.DFT_MIN_TAPS
+            and n * m * c * kernel[0] * pixels >= thresholds.DFT_MIN_MACS):
+        return "dft"
     if depthwise:
         if pixels > thresholds.DW_LAST_MAX_PIXELS:
             if (max(strides) > 1 and mult == 1 and group <= thresholds.DW_IM2COL_MAX_CHANNELS

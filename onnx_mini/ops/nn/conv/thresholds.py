@@ -34,6 +34,14 @@ DW_IM2COL_MAX_COLUMN_BYTES = 4 << 20     # ... above DW_LAST_MAX_PIXELS too, up 
                                          # 8x112x112 /2 236 -> 129 us, 16x112x112 /2 433 -> 411, 32x80x80 /2 488 -> 333,
                                          # 32x112x112 /2 (3.6 MB) a tie, 16x224x224 /2 (7.2 MB) mixed (loaded machine)
 BIAS_COLUMN_MIN_EXPANSION = 2            # pointwise: bias in the product from M >= 2 (C + G) (ResNet-50 -2%)
+DFT_MIN_TAPS = 400                       # a windowed DFT basis W (dft.py): the real FFT from 400 taps (256 taps lost at
+                                         # 3-97 frames: 1.45-2.96x the normal choice's time; its FFT ~1 us a frame)
+DFT_MIN_MACS = 3_000_000                 # ... and this many of the direct sum's multiply-adds (one image, the two
+                                         # alternating, auto mode: 400 taps x32 frames 0.80x, 512 x32 0.59x, 1024 x3
+                                         # 0.79x, x8 0.39x; lost or tied 400 x16 (2.6M) 1.21x, 512 x16 (4.2M) 0.98x,
+                                         # x8 0.76-1.08x). Against the product on OpenBLAS's two threads (native
+                                         # mode): 512 x97 1.06x, x300 0.94x, 400 x300 0.58x, 1024 x100 0.44x, x1000
+                                         # 0.54x, 2048 x300 0.32x; on one (split mode) 0.28-0.63x for all of those
 
 # -- inside the algorithms -------------------------------------------------------------------------
 ROWS_MAX_OUTPUTS = 4                     # 1-D, one image: im2col by rows (im2col.Rows) beat sgemm at 1-3 outputs
@@ -41,6 +49,9 @@ ROWS_MAX_OUTPUTS = 4                     # 1-D, one image: im2col by rows (im2co
                                          # 64 channels (won 104 -> 57 us with 256), lost at 8 (14 -> 21 us)
 STACKED_MAX_MACS = _blas.MIN_PART_MACS   # smaller groups: one stacked matmul (ResNeXt-like 331 -> 278 us)
 DW_BLOCK_BYTES = 8 << 20                 # depthwise scratch per block (1-8 MB alike; bounds memory)
+DFT_BLOCK_BYTES = 1 << 20                # dft: this many bytes of windowed float64 frames transformed at a time (512
+                                         # taps x1000 frames 2.8 ms against 3.8 at 256 KB, 3.1 at 4 MB; 400 x3000 7.5
+                                         # against 8.6 / 8.1, 14.2 in one block)
 DW_MIN_PART_MACS = 700_000               # a thread per part of this many MACs (64x112x112 /2 splits)
 DW_READ_ROWS_MIN_BYTES = 768 << 10       # ConvNHWC depthwise: each part pads its own rows from this padded size (one
                                          # thread, alternating per call, loaded: 256x28x28 /2 (890 KB) 45 -> 38 us,
