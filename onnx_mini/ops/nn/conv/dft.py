@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._common import pad_spatial
 from . import thresholds
 
 _ULPS = 2.0 ** -22       # two float32 ulps, relative: how far a weight may be from the derived basis
@@ -82,9 +83,8 @@ def _blocks(rows: np.ndarray, k: int, n: int, top: float) -> Basis | None:
         s = _table(n, True).take(_phases(few, n))
         weight = (s * s).sum(axis=0)
         window = np.divide((blocks[0][:few] * s).sum(axis=0), weight, out=np.zeros(n), where=weight > 0)
-    signs = []
     tables = {False: _table(n, False), True: _table(n, True)}
-    for count in (min(k, 4), k):
+    for count in sorted({min(k, 4), k}):
         phases = _phases(count, n)
         signs = [_sign(b[:count], np.multiply(tables[is_sine].take(phases), window), top)
                  for b, is_sine in zip(blocks, sine)]
@@ -137,11 +137,7 @@ def conv(x: np.ndarray, spec: Basis, stride: int, begin: int, end: int, frames: 
     n = window.shape[0]
     batch, _, size = x.shape
     # X as one contiguous buffer of rows (zero padded when the Conv pads), its frames a strided view
-    if begin or end or not x.flags.c_contiguous:
-        xp = np.zeros((batch, begin + size + end), x.dtype)
-        xp[:, begin:begin + size] = x[:, 0]
-    else:
-        xp = x.reshape(batch, size)
+    xp = np.ascontiguousarray(pad_spatial(x, (begin,), (end,))).reshape(batch, begin + size + end)
     m = sum(k for _, k, _, _ in spec.blocks)
     y = np.empty((batch, m, frames), np.float32)
     row, item = xp.strides
