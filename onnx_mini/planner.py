@@ -15,7 +15,7 @@ module knows nothing of the stages after it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -89,7 +89,8 @@ def build_plan(graph: Graph, opsets: dict[str, int], functions: dict[tuple[str, 
             spec = _typed_function_kernel(node, spec.version, opset, spec.opsets, functions, ctx, depth)
         ins = tuple(slot(x) for x in (*node.inputs, *node.captures))
         fixed = {i: template[s] for i, s in enumerate(ins[:len(node.inputs)]) if s != NONE_SLOT and s in constant}
-        attrs = _subplans(node, node_opsets, functions, ctx, depth)
+        attrs = _subplans(node, node_opsets, functions, ctx, depth,
+                          {x: template[slots[x]] for x in node.captures if slots[x] in constant})
         uses_blas = uses_blas or typed or spec.heavy or _bodies_use_blas(attrs)
         fn = bind(node, spec, opset, attrs=attrs, opsets=node_opsets,
                   graph=written, constants=fixed, options=ctx.options, plan=_body_planner(ctx, node_opsets, depth))
@@ -213,14 +214,23 @@ def _typed_function_kernel(node: Node, version: int, opset: int, opsets: dict[st
                       frozenset(), frozenset(), True)
 
 
-def _subplans(node: Node, opsets: dict[str, int], functions, ctx: PlanContext, depth: int) -> dict[str, Any]:
-    """The node's attributes with each GRAPH (or GRAPHS) value planned into a SubPlan."""
+def _subplans(node: Node, opsets: dict[str, int], functions, ctx: PlanContext, depth: int,
+              known: dict[str, Any]) -> dict[str, Any]:
+    """The node's attributes with each GRAPH (or GRAPHS) value planned into a SubPlan. known: the
+    outer-scope values the node captures that are constants here (initializers, folded values): each
+    body takes them as initializers of its own, so that its kernels see them as constant inputs
+    (prepacked weights, folding: an LSTM whose weights an If branch slices and concatenates from
+    the enclosing graph's constants) and its runs need not be handed them."""
     if not node.captures and not any(isinstance(v, Graph) or (isinstance(v, list) and v and isinstance(v[0], Graph))
                                      for v in node.attrs.values()):
         return node.attrs
 
     def sub(key: str, g: Graph) -> SubPlan:
         outer = free_names(g)
+        given = {x: known[x] for x in outer if x in known}
+        if given:
+            g = replace(g, initializers={**g.initializers, **given})
+            outer = tuple(x for x in outer if x not in given)
         if depth >= MAX_INLINE_DEPTH:  # a function whose body's subgraph calls it again never ends
             err = InvalidNodeError(f"subgraphs nest more than {MAX_INLINE_DEPTH} deep (a recursive function "
                                    "called from a subgraph?)", node=node.name, op_type=node.op_type,

@@ -759,3 +759,77 @@ def test_if_branches_of_constants_only(cond):
         assert_same(b, i64(7) if cond else i64(-4))
     with pytest.raises(onnx_mini.errors.InvalidValueError, match="takes 0 input.*1 given"):
         branches["then_branch"].run([f32(1)])
+
+
+def _ran(prepared, feeds) -> tuple[list, list[str]]:
+    """The outputs of one run and the op types of every step it ran, bodies' steps included."""
+    seen = []
+    outs = prepared.run(feeds, hook=lambda info, *_: seen.append(info.op_type))
+    return outs, seen
+
+
+def test_bodies_take_outer_constants_as_their_own():
+    """A body's values computed from the enclosing graphs' constants (an initializer, a Constant node)
+    fold when the body is prepared, two levels down: the inner branch's Slice / Concat / Transpose of
+    them never run, and its MatMul gets the result as a constant weight. Values by hand."""
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)           # rows [0 1 2], [3 4 5]
+    inner_then = graph([node("Slice", ["w", "starts", "ends", "axes"], ["w1"], name="slice"),
+                        node("Concat", ["w1", "k"], ["wk"], name="concat", axis=0),
+                        node("Transpose", ["wk"], ["wt"], name="transpose"),
+                        node("MatMul", ["x", "wt"], ["y"], name="matmul")], [], ["y"], name="inner_then")
+    inner_else = graph([node("Neg", ["x"], ["y"], name="neg")], [], ["y"], name="inner_else")
+    outer_then = graph([const("k", f32([[1, 1, 1]])),
+                        node("If", ["c2"], ["y"], name="inner", then_branch=inner_then, else_branch=inner_else)],
+                       [], ["y"], name="outer_then")
+    outer_else = graph([node("Identity", ["x"], ["y"], name="same")], [], ["y"], name="outer_else")
+    g = helper.make_graph(
+        [const("starts", i64([1])), const("ends", i64([2])), const("axes", i64([0])),
+         node("If", ["c1"], ["y"], name="outer", then_branch=outer_then, else_branch=outer_else)], "g",
+        [vinfo("c1", np.array(True)), vinfo("c2", np.array(True)), vinfo("x", f32([[1, 2, 3]]))],
+        [helper.make_empty_tensor_value_info("y")], [numpy_helper.from_array(w, "w")])
+    prepared = onnx_mini.prepare(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], ir_version=10))
+    x = f32([[1, 2, 3]])
+    (y,), ran = _ran(prepared, {"c1": np.array(True), "c2": np.array(True), "x": x})
+    # wk = [[3 4 5], [1 1 1]]; y = x @ wk^T = [1*3 + 2*4 + 3*5, 1 + 2 + 3]
+    assert_same(y, f32([[26, 6]]))
+    assert sorted(ran) == ["If", "If", "MatMul"]
+    (y,), _ = _ran(prepared, {"c1": np.array(True), "c2": np.array(False), "x": x})
+    assert_same(y, f32([[-1, -2, -3]]))
+    assert_same(w, np.arange(6, dtype=np.float32).reshape(2, 3))
+
+
+def test_bodies_read_an_overridable_initializer_as_fed():
+    """An initializer that is also a graph input (a default the caller may replace) is no constant to
+    a body: the body computes with the value fed."""
+    body = graph([node("Transpose", ["w"], ["wt"], name="transpose"), node("MatMul", ["x", "wt"], ["y"], name="mm")],
+                 [], ["y"], name="then")
+    other = graph([node("Identity", ["x"], ["y"], name="same")], [], ["y"], name="else")
+    w = f32([[1, 0], [0, 1]])
+    g = helper.make_graph([node("If", ["c"], ["y"], then_branch=body, else_branch=other)], "g",
+                          [vinfo("c", np.array(True)), vinfo("x", f32([[1, 2]])), vinfo("w", w)],
+                          [helper.make_empty_tensor_value_info("y")], [numpy_helper.from_array(w, "w")])
+    prepared = onnx_mini.prepare(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], ir_version=10))
+    (y,), ran = _ran(prepared, {"c": np.array(True), "x": f32([[1, 2]])})
+    assert_same(y, f32([[1, 2]]))
+    (y,), ran = _ran(prepared, {"c": np.array(True), "x": f32([[1, 2]]), "w": f32([[0, 1], [2, 0]])})
+    assert_same(y, f32([[2, 2]]))            # x @ [[0 2] [1 0]]
+    assert "Transpose" in ran
+
+
+@pytest.mark.parametrize("version", [11, 25])
+def test_loop_body_takes_outer_constants_as_its_own(version):
+    """A Loop body's Transpose of an outer initializer folds at prepare: per iteration only the MatMul
+    and the Add run. x_{i+1} = x_i @ W^T + 1 by hand."""
+    body = loop_body([node("Transpose", ["w"], ["wt"], name="transpose"),
+                      node("MatMul", ["x_in", "wt"], ["p"], name="mm"),
+                      node("Add", ["p", "one"], ["x_out"], name="add"),
+                      node("Identity", ["cond_in"], ["cond_out"], name="c")], ["x"])
+    w = f32([[0, 1], [1, 0]])                                  # swaps the two values
+    g = helper.make_graph([const("one", f32([1])), node("Loop", ["M", "", "x"], ["x_final"], body=body)], "g",
+                          [vinfo("M", i64(3)), vinfo("x", f32([[1, 5]]))],
+                          [helper.make_empty_tensor_value_info("x_final")], [numpy_helper.from_array(w, "w")])
+    prepared = onnx_mini.prepare(helper.make_model(g, opset_imports=[helper.make_opsetid("", version)],
+                                                   ir_version=10))
+    (x,), ran = _ran(prepared, {"M": i64(3), "x": f32([[1, 5]])})
+    assert_same(x, f32([[8, 4]]))            # [1 5] -> [6 2] -> [3 7] -> [8 4]
+    assert "Transpose" not in ran and ran.count("MatMul") == 3
