@@ -211,3 +211,31 @@ def test_invalid_constant_weight_fails_at_run_time():
                       dict(_v=("", 10)))
     with raises_naming_node(KernelError, "w_zero_point"):
         rep.run([x])
+
+
+@pytest.mark.parametrize("bias", ["constant", "omitted"])
+def test_dynamic_quantize_lstm_packs_its_dequantized_weights_once(monkeypatch, bias):
+    """DynamicQuantizeLSTM with constant weights hands its LSTM the dequantized W and R as constants: the
+    LSTM packs them (gates reordered, transposed) at prepare, not on every run, B constant or omitted;
+    results bit for bit those of the same model with every input fed."""
+    from onnx_mini.ops.rnn import driver
+    calls = counting(monkeypatch, driver, "pack")
+    rng = np.random.default_rng(6)
+    I, H = 4, 3
+    inputs = [rng.standard_normal((3, 2, I)).astype(F32), rng.integers(-128, 128, (2, I, 4 * H)).astype(I8),
+              rng.integers(-128, 128, (2, H, 4 * H)).astype(I8), rng.standard_normal((2, 8 * H)).astype(F32),
+              None, None, None, None, (rng.random((2, 4 * H)) * 0.02).astype(F32),
+              rng.integers(-3, 3, (2, 4 * H)).astype(I8), (rng.random(2) * 0.02).astype(F32), np.array([1, -1], I8)]
+    if bias == "omitted":
+        inputs[3] = None
+    const = {1, 2, 3, 8, 9, 10, 11}
+    attrs = dict(hidden_size=H, direction="bidirectional")
+    rep, fed = _prepare("DynamicQuantizeLSTM", inputs, const, 3, attrs)
+    assert calls                                      # at prepare
+    rep_fed, fed_all = _prepare("DynamicQuantizeLSTM", inputs, set(), 3, attrs)
+    for run_inputs in runs(inputs, 0):
+        before = len(calls)
+        got = rep.run([run_inputs[k] for k in fed])
+        assert len(calls) == before                   # no run packs the constant weights again
+        assert_same(list(got), list(rep_fed.run([run_inputs[k] for k in fed_all])))
+        assert len(calls) > before                    # (fed weights: packed on every run)
