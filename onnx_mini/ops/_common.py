@@ -210,6 +210,12 @@ def with_scalar(ufunc, x: np.ndarray, value, out: np.ndarray | None = None) -> n
 _scalars: dict = {}
 
 
+try:        # the clip ufunc itself: np.clip's Python wrapper costs ~4 us a call, half a small tensor's time
+    from numpy._core.umath import clip as clip_ufunc
+except ImportError:     # numpy 1.x
+    clip_ufunc = np.clip
+
+
 try:        # numpy >= 2: the per-thread context variable np.errstate sets, and its state maker
     from numpy._core.umath import _extobj_contextvar as _FP_STATE, _make_extobj
     _FP_STATE.reset(_FP_STATE.set(_make_extobj(over="ignore")))     # private: a numpy that differs falls back

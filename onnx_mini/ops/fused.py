@@ -25,7 +25,7 @@ import numpy as np
 from .. import blas, memory
 from ..errors import InvalidValueError
 from ..registry import kernel
-from ._common import UPCAST, broadcasts_to, fp_errors_ignored, prepack, scalar_array, with_scalar
+from ._common import UPCAST, broadcasts_to, clip_ufunc as _clip, fp_errors_ignored, prepack, scalar_array, with_scalar
 from .math.activations import gelu_20, swish_24
 from .math.matmul import gemm_11, matmul, matmul_1
 from .math.softmax import SOFTMAX_VIA_F32, along_axis, softmax
@@ -33,7 +33,7 @@ from .nn.conv import Convolution
 from .nn.conv.channels_last import ConvNHWC
 from .nn.conv_quantized import qlinear_conv_channels_last
 from .nn.normalization import last_axis_sums, layer_normalization_17
-from .quantization import _clip, quantize_dequantize, quantized_lookup
+from .quantization import quantize_dequantize, quantized_lookup
 
 FUSED_DOMAIN = "onnx_mini.fused"
 

@@ -31,12 +31,9 @@ import math
 
 import numpy as np
 
+from .._common import clip_ufunc as _clip
 from .unary import erfc
 
-try:        # the ufunc itself: np.clip's Python wrapper costs ~4 us a call
-    from numpy._core.umath import clip as _clip
-except ImportError:     # numpy 1.x
-    _clip = np.clip
 
 _LO, _HI = np.float32(-15.0), np.float32(6.0)
 _PER_UNIT = 2048                                   # h = 1 / 2048
