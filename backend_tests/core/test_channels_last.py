@@ -238,6 +238,24 @@ def test_strided_depthwise_of_few_channels_stays_nchw(c, fires):
     assert (s == [T, NHWC, NHWC, T]) if fires else (NHWC not in s)
 
 
+def test_strided_depthwise_of_few_channels_joins_the_region_it_reads():
+    """Between two regions (a MobileNet's 16-channel block, then a 3x3 /2 depthwise of 16 channels and a
+    pointwise Conv) the strided depthwise Conv that alone stays NCHW joins the region whose value it reads:
+    one region, one Transpose each way, instead of leaving and entering between them."""
+    c = 16
+    nodes = [helper.make_node("Conv", ["x", "wd", "bd"], ["d"], group=c, pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["d"], ["dr"]),
+             helper.make_node("Conv", ["dr", "wp"], ["p"]),
+             helper.make_node("Conv", ["p", "ws"], ["s"], group=c, pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Conv", ["s", "wq"], ["y"])]
+    inits = [init("wd", rand(c, 1, 3, 3)), init("bd", rand(c)), init("wp", rand(c, c, 1, 1)),
+             init("ws", rand(c, 1, 3, 3)), init("wq", rand(24, c, 1, 1))]
+    m = model(nodes, [("x", F, [1, c, 12, 10])], [("y", F, None)], inits)
+    rep, s = check(m, [rand(1, c, 12, 10)])
+    assert s == [T, NHWC, NHWC, NHWC, NHWC, T]
+    # where its input comes from outside a region it stays NCHW (test_strided_depthwise_of_few_channels_stays_nchw)
+
+
 # -- QLinearConv (the QOperator form): QLinearConvNHWC, bit for bit the NCHW kernel's codes --------------
 
 QNHWC = (FUSED_DOMAIN, "QLinearConvNHWC")
