@@ -454,6 +454,75 @@ def test_silu_alone_and_after_a_conv():
           [rand(1, 2, 4, 4)], [(FUSED, "Conv")])
 
 
+def _clip_swish_nodes(x="x", y="y", three="three", lo="zero", hi="six", last=("Div", "six"), clip_opset=11,
+                      swap=False):
+    """x * Clip(x + 3, 0, 6) / 6 as PaddlePaddle writes HardSwish (Add, Clip, Mul, Div)."""
+    clip = (helper.make_node("Clip", ["a", lo, hi], ["c"]) if clip_opset >= 11
+            else helper.make_node("Clip", ["a"], ["c"], min=0.0, max=6.0))
+    return [helper.make_node("Add", [three, x] if swap else [x, three], ["a"]), clip,
+            helper.make_node("Mul", ["c", x] if swap else [x, "c"], ["m"]),
+            helper.make_node(last[0], ["m", last[1]], [y])]
+
+
+def _clip_swish_inits(dtype=np.float32, sixth=np.float32(1 / 6)):
+    return [init("three", np.array(3, dtype)), init("zero", np.array(0, dtype)), init("six", np.array(6, dtype)),
+            init("sixth", np.array(sixth, dtype))]
+
+
+def _bit_for_bit(m, feeds, expected_steps):
+    """check() with the results equal to the unoptimised plan's, element for element."""
+    opt = check(m, feeds, expected_steps, rtol=0, atol=0)
+    for g, r in zip(opt.run(feeds), onnx_mini.prepare(m, optimize=False).run(feeds)):
+        np.testing.assert_array_equal(g, r)
+    return opt
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("form", ["div", "mul", "swapped", "clip-6"])
+def test_written_hard_swish_is_one_step_bit_for_bit(dtype, form):
+    """x * Clip(x + 3, 0, 6) / 6 (or * 1/6; operands either way round; Clip with attributes before opset 11)
+    becomes one ClipSwish step doing those four operations, alone or in a Conv's epilogue: the same values,
+    element for element, on inputs across the clip's corners (x < -3, -3..3, > 3, and exactly -3 and 3)."""
+    ft = F if dtype == np.float32 else TensorProto.DOUBLE
+    nodes = _clip_swish_nodes(last=("Mul", "sixth") if form == "mul" else ("Div", "six"), swap=form == "swapped",
+                              clip_opset=6 if form == "clip-6" else 11)
+    opset = 10 if form == "clip-6" else 21
+    x = (np.random.default_rng(5).uniform(-6, 6, (2, 3, 5, 7)).astype(dtype))
+    x.flat[:4] = [-3, 3, 0, -0.0]
+    alone = model(nodes, [("x", ft, None)], [("y", ft, None)], _clip_swish_inits(dtype), opset=opset)
+    _bit_for_bit(alone, [x], [(FUSED, "ClipSwish")])
+    conv = [helper.make_node("Conv", ["i", "w"], ["x"])] + nodes
+    after_conv = model(conv, [("i", ft, [2, 2, 5, 7])], [("y", ft, None)],
+                       [init("w", rand(3, 2, 1, 1, dtype=dtype))] + _clip_swish_inits(dtype), opset=opset)
+    opt = _bit_for_bit(after_conv, [rand(2, 2, 5, 7, dtype=dtype) * 4], [(FUSED, "Conv")])
+    assert [n.split("@")[0] for n in opt.plan.infos[0].fused_from] == ["Conv", "Add", "Clip", "Mul",
+                                                                       "Mul" if form == "mul" else "Div"]
+
+
+@pytest.mark.parametrize("case", ["three-off", "six-off", "divisor-5", "other-x", "intermediate-read",
+                                  "types-differ"])
+def test_written_hard_swish_left_alone(case):
+    """Constants not exactly 3, 0 .. 6 and 6 (a Mul by any constant is fine), a product with another
+    value, an intermediate read elsewhere or constants of different types: the nodes stay as written."""
+    nodes = _clip_swish_nodes(three="three" if case != "three-off" else "three_off",
+                              hi="six" if case != "six-off" else "six_off",
+                              last=("Div", "five") if case == "divisor-5" else ("Div", "six"))
+    inits = _clip_swish_inits() + [init("three_off", np.float32(3.0001)), init("six_off", np.float32(6.5)),
+                                   init("five", np.float32(5))]
+    outputs = [("y", F, None)]
+    if case == "other-x":
+        nodes[2] = helper.make_node("Mul", ["x2", "c"], ["m"])
+    if case == "intermediate-read":
+        outputs.append(("c", F, None))
+    if case == "types-differ":
+        inits[0] = init("three", np.float64(3))
+        nodes[0] = helper.make_node("Add", ["x64", "three"], ["a64"])
+        nodes.insert(1, helper.make_node("Cast", ["a64"], ["a"], to=F))
+    m = model(nodes, [("x", F, None), ("x2", F, None), ("x64", TensorProto.DOUBLE, None)], outputs, inits)
+    opt = onnx_mini.prepare(m)
+    assert (FUSED, "ClipSwish") not in steps(opt)
+
+
 @pytest.mark.parametrize("grouping", ["x_then_half", "half_then_x", "half_x_first"])
 @pytest.mark.parametrize("scale", ["div", "mul"])
 def test_gelu_erf_forms(grouping, scale):

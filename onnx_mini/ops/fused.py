@@ -25,7 +25,8 @@ import numpy as np
 from .. import blas, memory
 from ..errors import InvalidValueError
 from ..registry import kernel
-from ._common import UPCAST, broadcasts_to, clip_ufunc as _clip, fp_errors_ignored, prepack, scalar_array, with_scalar
+from ._common import (UPCAST, as_array, broadcasts_to, clip_ufunc as _clip, fp_errors_ignored, prepack, scalar_array,
+                      with_scalar)
 from .math.activations import gelu_20, swish_24
 from .math.matmul import gemm_11, matmul, matmul_1
 from .math.softmax import SOFTMAX_VIA_F32, along_axis, softmax
@@ -96,6 +97,9 @@ def _activation(name: str, params):
             if name == "HardSwish":
                 y *= t
         return hard
+    if name == "ClipSwish":  # x * Clip(x + 3, 0, 6) / 6 as written (see fused_clip_swish)
+        divide, scale = p
+        return lambda y: _clip_swish(y, divide, scale, y)
     if name == "Swish":      # x * sigmoid(x): SiLU recognised by the optimiser
         def swish(y):
             t = np.negative(y)
@@ -437,6 +441,33 @@ def fused_matmul(*, activation="", activation_params=(), _constants=None):
 def fused_silu():
     """x * Sigmoid(x) written as two nodes."""
     return swish_24(alpha=1.0)
+
+
+def _clip_swish(x, divide, scale, out=None):
+    """x * Clip(x + 3, 0, 6), then / scale (divide) or * scale: the four nodes' operations in their order
+    on one temporary, written to out (x itself allowed: each element is read before it is written)."""
+    dt = x.dtype.type
+    t = np.add(x, dt(3))
+    _clip(t, dt(0), dt(6), out=t)
+    y = np.multiply(t, x, out=t if out is None else out)
+    return (np.divide if divide else np.multiply)(y, dt(scale), out=y)
+
+
+@kernel("ClipSwish", since=1, domain=FUSED_DOMAIN, multi_output=False, rank="first")
+def fused_clip_swish(*, scale_op="Div", scale=6.0):
+    """Div(Mul(x, Clip(Add(x, 3), 0, 6)), 6) (or the last step Mul(., scale)), MobileNetV3's HardSwish as
+    PaddlePaddle exports it (optimize/patterns.py): the same four float32 / float64 operations in that order,
+    so the same values (a zero's sign aside, as Clip's), on one buffer (PaddleOCR's det model: 94 chains,
+    4 passes and 3 new arrays each)."""
+    if scale_op not in ("Div", "Mul"):
+        raise ValueError(f"scale_op must be 'Div' or 'Mul', got {scale_op!r}")
+    divide = scale_op == "Div"
+
+    def run(x):
+        if x.dtype not in _INPLACE:
+            raise InvalidValueError(f"ClipSwish takes float32 or float64, got {x.dtype}")
+        return as_array(_clip_swish(x, divide, scale))
+    return run
 
 
 @kernel("Gelu", since=1, domain=FUSED_DOMAIN, multi_output=False, rank="first")

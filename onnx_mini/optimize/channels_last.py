@@ -40,7 +40,7 @@ from .qdq_lut import _UNARY
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _ONE_CONSTANT = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "PRelu"}   # x op c, c one element
 _TWO_REGION = {"Add", "Sub", "Mul", "Div", "Max", "Min"}     # both rank-4 region values, permuted alike
-_FUSED_UNARY = {"QuantizeDequantize", "LookupTable", "Swish", "Gelu"}
+_FUSED_UNARY = {"QuantizeDequantize", "LookupTable", "Swish", "Gelu", "ClipSwish"}
 _CODES = (np.dtype(np.uint8), np.dtype(np.int8))
 _QLINEAR_BINARY = {"QLinearAdd", "QLinearMul"}     # com.microsoft, on codes: (A, A_s, A_zp, B, B_s, B_zp, C_s, C_zp)
 _GEOMETRY = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")

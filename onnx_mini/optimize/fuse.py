@@ -7,9 +7,9 @@
   MatMul's second addend, added after the bias as the graph associates them ((x W + bias) + addend:
   a Scan RNN cell's x W + h R + b in one step with its Tanh);
 - an activation (Relu, Clip with constant bounds, LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Tanh,
-  and the SiLU the pattern pass found) whose input is the output of a Conv, a Gemm (opset 7+), a
-  MatMul or a fused one without an activation yet, read by that activation alone, is applied in place
-  on the product's buffer;
+  and the SiLU and the written-out HardSwish (ClipSwish) the pattern pass found) whose input is the
+  output of a Conv, a Gemm (opset 7+), a MatMul or a fused one without an activation yet, read by that
+  activation alone, is applied in place on the product's buffer;
 - an inference BatchNormalization with constant parameters followed by an activation becomes one
   per-channel x * factor + shift step (factor and shift computed once) with the activation in place.
 """
@@ -28,6 +28,8 @@ def _activation(ctx: Context, node):
     """(name, params) if `node` is an activation the fused kernels apply, else None."""
     if node.domain == FUSED_DOMAIN and node.op_type == "Swish" and len(node.inputs) == 1:
         return "Swish", ()
+    if node.domain == FUSED_DOMAIN and node.op_type == "ClipSwish" and len(node.inputs) == 1:
+        return "ClipSwish", (float(node.attrs.get("scale_op", "Div") == "Div"), float(node.attrs.get("scale", 6.0)))
     for op, versions in _ACT_VERSIONS.items():
         if ctx.is_op(node, op, versions):
             break

@@ -1,6 +1,9 @@
 """Patterns written as elementary ops by exporters, run by one kernel of the private domain each.
 
 - SiLU / Swish:  Mul(x, Sigmoid(x))                                  -> Swish(x)
+- HardSwish as written by PaddlePaddle's exporter: Div(Mul(x, Clip(Add(x, 3), 0, 6)), 6) (or the last
+                 step a Mul by a constant), constants exactly these, float32 / float64
+                                                                       -> ClipSwish(x, scale_op, scale)
 - Gelu (erf):    x * 0.5 * (1 + Erf(x / sqrt(2)))  (Div by sqrt 2 or Mul by 1/sqrt 2; the three products
                  in any grouping)                                      -> Gelu(x)
 - Gelu (tanh):   x * 0.5 * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))  (Pow(x, 3) or x*x*x)
@@ -101,6 +104,61 @@ def _silu(ctx: Context, sig) -> bool:
     if mul is None or _other(mul, _out(sig)) != x:
         return False
     return _fuse(ctx, [sig, mul], "Swish", (x,), {})
+
+
+# -- HardSwish written as Add, Clip, Mul, Div ------------------------------------------------------------
+
+_CLIP_VERSIONS = (1, 6, 11, 12, 13)
+
+
+def _exactly(ctx: Context, name: str, value: float, like: str, dtype=None):
+    """The dtype of constant `name` when it holds exactly `value` in float32 / float64 (of `dtype` when
+    given) and cannot broadcast `like` to a larger shape, else None."""
+    v = ctx.value(name) if name and ctx.is_constant(name) else None
+    if (not isinstance(v, np.ndarray) or v.size != 1 or v.dtype not in _FLOAT_TYPES
+            or (dtype is not None and v.dtype != dtype)
+            or float(v.reshape(())) != value or not _const(ctx, name, value, like)):
+        return None
+    return v.dtype
+
+
+_FLOAT_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _clip_swish(ctx: Context, add) -> bool:
+    """Add(x, 3) -> Clip(0, 6) -> Mul(x, .) -> Div(., 6) or Mul(., c): one step doing those very
+    operations in that order (the values of the four nodes, bit for bit), which fuse.py may then put in a
+    Conv's epilogue. ONNX's HardSwish (x * clip(x / 6 + 1 / 2, 0, 1)) rounds otherwise: not that."""
+    if not ctx.is_op(add, "Add") or len(add.inputs) != 2 or not all(add.inputs):
+        return False
+    for x, three in (add.inputs, add.inputs[::-1]):
+        dtype = _exactly(ctx, three, 3.0, x)
+        if dtype is not None and not ctx.is_constant(x):
+            break
+    else:
+        return False
+    clip = _next(ctx, add, "Clip", _CLIP_VERSIONS)
+    if clip is None or clip.inputs[0] != _out(add):
+        return False
+    if ctx.version(clip) >= 11:
+        if len(clip.inputs) != 3 or _exactly(ctx, clip.inputs[1], 0.0, x, dtype) is None \
+                or _exactly(ctx, clip.inputs[2], 6.0, x, dtype) is None:
+            return False
+    elif clip.attrs.get("min") != 0.0 or clip.attrs.get("max") != 6.0 or len(clip.inputs) != 1:
+        return False
+    mul = _next(ctx, clip, "Mul")
+    if mul is None or _other(mul, _out(clip)) != x:
+        return False
+    last = ctx.single_user(_out(mul)) if _out(mul) else None
+    for op in ("Div", "Mul"):
+        if ctx.is_op(last, op, _ELEM) and len(last.inputs) == 2 and last.inputs[0] == _out(mul) \
+                and ctx.is_constant(last.inputs[1]):
+            v = ctx.value(last.inputs[1])
+            if isinstance(v, np.ndarray) and v.dtype == dtype and v.size == 1 and _const(
+                    ctx, last.inputs[1], float(v.reshape(())), x) and (op == "Mul" or float(v.reshape(())) == 6.0):
+                return _fuse(ctx, [add, clip, mul, last], "ClipSwish", (x,),
+                             {"scale_op": op, "scale": float(v.reshape(()))})
+    return False
 
 
 # -- Gelu --------------------------------------------------------------------------------------------
@@ -470,5 +528,5 @@ def _int_product_gelu(ctx: Context, mm) -> bool:
     return True
 
 
-RULES = (_silu, _gelu_erf, _gelu_tanh, _layer_norm, _attention, _int_product_tail, _centred_codes,
+RULES = (_silu, _clip_swish, _gelu_erf, _gelu_tanh, _layer_norm, _attention, _int_product_tail, _centred_codes,
          _int_product_siblings, _int_product_gelu)
