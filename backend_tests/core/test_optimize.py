@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnx_mini
 from onnx_mini.optimize import FUSED_DOMAIN, PASSES
-from helpers import F, init, model, steps
+from helpers import F, conv2d_direct, init, model, steps
 
 FUSED = FUSED_DOMAIN
 pytestmark = pytest.mark.filterwarnings("error::onnx_mini.optimize.OptimizationWarning")
@@ -687,6 +687,51 @@ def test_conv_batchnorm_mul_add_relu_becomes_one_conv_step():
     nodes = [helper.make_node("Conv", ["i", "w"], ["x"])] + nodes
     inits = [init("w", rand(4, 2, 3, 3))] + bn_inits("bn", 4) + extra
     check(model(nodes, [("i", F, None)], [("y", F, None)], inits), [rand(1, 2, 5, 5)], [(FUSED, "Conv")])
+
+
+@pytest.mark.parametrize("shapes", [((1,), (1,)), ((4, 1, 1), (1, 4, 1, 1)), ((), None), (None, (4, 1, 1))])
+def test_conv_mul_add_folds_into_the_conv(shapes):
+    """Conv -> Mul(c) -> Add(d) with one-element or per-channel constants (PP-LCNetV3's learnable affine):
+    W * c and B * c + d, one Conv step; the values within float32 rounding of the graph as written, and
+    by hand: y = (conv(x) + b) * c + d from the float64 definition."""
+    c_shape, d_shape = shapes
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["p"], pads=[1, 1, 1, 1])]
+    inits = [init("w", rand(4, 2, 3, 3)), init("b", rand(4))]
+    last = "p"
+    if c_shape is not None:
+        nodes.append(helper.make_node("Mul", ["c", last], ["m"]))
+        inits.append(init("c", rand(*c_shape)))
+        last = "m"
+    if d_shape is not None:
+        nodes.append(helper.make_node("Add", [last, "d"], ["y"]))
+        inits.append(init("d", rand(*d_shape)))
+    else:
+        nodes[-1] = helper.make_node("Mul", ["c", "p"], ["y"])
+    x = rand(1, 2, 5, 5)
+    rep = check(model(nodes, [("x", F, [1, 2, 5, 5])], [("y", F, None)], inits), [x], ["Conv"])
+    vals = {i.name: numpy_helper.to_array(i).astype(np.float64) for i in inits}
+    want = conv2d_direct(x.astype(np.float64), vals["w"], vals["b"], pads=(1, 1, 1, 1))
+    if c_shape is not None:
+        want = want * vals["c"].reshape(-1, 1, 1) if vals["c"].size > 1 else want * float(vals["c"].reshape(-1)[0])
+    if d_shape is not None:
+        want = want + vals["d"].reshape(-1, 1, 1) if vals["d"].size > 1 else want + float(vals["d"].reshape(-1)[0])
+    np.testing.assert_allclose(rep.run([x])[0], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["spatial-constant", "product-read-elsewhere", "other-type", "fed-constant"])
+def test_conv_mul_add_left_alone(case):
+    """A constant varying along a spatial axis, a Conv output read by another node too, a constant of
+    another type or one fed at run time: the Mul stays."""
+    c = (rand(1, 1, 5) if case == "spatial-constant"
+         else np.array([1.5], np.float64 if case == "other-type" else np.float32))
+    nodes = [helper.make_node("Conv", ["x", "w"], ["p"], pads=[1, 1, 1, 1]), helper.make_node("Mul", ["p", "c"], ["y"])]
+    outputs = [("y", F if case != "other-type" else TensorProto.DOUBLE, None)]
+    if case == "product-read-elsewhere":
+        outputs.append(("p", F, None))
+    inputs = [("x", F, [1, 2, 5, 5])] + ([("c", F, [1])] if case == "fed-constant" else [])
+    inits = [init("w", rand(4, 2, 3, 3))] + ([] if case == "fed-constant" else [init("c", c)])
+    rep = onnx_mini.prepare(model(nodes, inputs, outputs, inits))
+    assert ("", "Mul") in steps(rep)
 
 
 def test_batchnorm_scale_shift_not_folded_without_rank_or_per_channel_shape():

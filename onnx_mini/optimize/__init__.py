@@ -14,7 +14,8 @@ or captured by a subgraph, and keep results within the official tolerances:
   the input);
 - fold_batchnorm.py: a per-channel Mul / Add after an inference BatchNormalization folded into its
   scale and bias; the BatchNormalization then folded into a preceding Conv / ConvTranspose / Gemm /
-  MatMul with constant weights (new weights and bias initializers);
+  MatMul with constant weights (new weights and bias initializers); a per-channel Mul / Add right after
+  a Conv folded into its weights and bias alike;
 - bias_through.py: a Conv's bias carried into the 1x1 Conv that alone reads its output;
 - relu_concat.py: a Relu after a Concat applied to the Concat's inputs that can be negative only
   (then fused into their convolutions);
@@ -45,7 +46,7 @@ import warnings
 from ..graph import Graph
 from ._context import FUSED_DOMAIN, Context
 from .dead_code import eliminate_dead_nodes
-from .fold_batchnorm import fold_affine_into_batchnorm, fold_batchnorm
+from .fold_batchnorm import fold_affine_into_batchnorm, fold_affine_into_conv, fold_batchnorm
 from .bias_through import fold_bias_through
 from .channel_shuffle import fold_channel_shuffle
 from .channels_last import run_channels_last
@@ -105,6 +106,7 @@ def _optimize(graph, opsets, functions, outer_scope, static_inputs, passes) -> G
     if "fold_batchnorm" in passes:
         fold_affine_into_batchnorm(ctx)
         fold_batchnorm(ctx)
+        fold_affine_into_conv(ctx)
         fold_bias_through(ctx)
     if "scan_hoist" in passes:
         hoist_scan_projections(ctx)
