@@ -1266,3 +1266,26 @@ def test_fused_matmul_np_dot_path_is_np_matmul_bit_for_bit(dtype):
                      (np.asfortranarray(a), b)):
             got = run(x, w, bias)
             assert got.tobytes() == (np.matmul(x, w) + bias).tobytes(), (m, k, n)
+
+
+def test_rank_through_residual_adds_is_walked_once_per_value(monkeypatch):
+    """Context.rank through broadcasting ops visits both inputs: over a chain of residual blocks
+    (a = Add(Neg(a), a), 16 deep, ranks not declared) the walk was exponential (2^16 visits here; a
+    transformer's residual network took minutes at the first run's re-plan). Each value's rank is kept
+    until the graph changes: one visit per value."""
+    from onnx_mini import loader
+    from onnx_mini.optimize import _context
+    nodes, prev = [], "x"
+    for k in range(16):
+        nodes += [helper.make_node("Neg", [prev], [f"n{k}"]), helper.make_node("Add", [f"n{k}", prev], [f"a{k}"])]
+        prev = f"a{k}"
+    nodes.append(helper.make_node("Relu", [prev], ["y"]))
+    g = loader.load(model(nodes, [("x", F, [2, 3])], [("y", F, None)])).graph
+    ctx = _context.Context(g, {"": 21})
+    calls = []
+    real = _context.Context._rank
+    monkeypatch.setattr(_context.Context, "_rank", lambda self, *a: calls.append(1) or real(self, *a))
+    assert ctx.rank(prev) == 2
+    assert len(calls) <= 2 * len(nodes) + 1
+    calls.clear()
+    assert ctx.rank(prev) == 2 and not calls          # kept

@@ -66,10 +66,12 @@ class Context:
         self._values: dict[str, Any] = {}
         self._constant: dict[str, bool] = {}
         self._valid: dict[int, tuple[Node, bool]] = {}
+        self._ranks: dict[str, int | None] = {}
         self.refresh()
 
     # -- structure ------------------------------------------------------------------------------
     def refresh(self) -> None:
+        self._ranks = {}
         self.producer: dict[str, Node] = {}
         self.consumers: dict[str, list[Node]] = {}
         for n in self.nodes:
@@ -177,6 +179,7 @@ class Context:
             self._live[id(n)] = n
             self._key[id(n)] = key + (j + 1) * 1e-6
         self._list = None
+        self._ranks = {}
         for n in old:
             for o in n.outputs:
                 if o and self.producer.get(o) is n:
@@ -273,7 +276,17 @@ class Context:
 
     def rank(self, name: str, _depth: int = 0) -> int | None:
         """The rank of `name` when known: a static shape, a declared shape (inputs, value_info), or
-        carried through the ops that keep their first input's rank (Conv: its constant weights')."""
+        carried through the ops that keep their first input's rank (Conv: its constant weights').
+        Kept per name until the graph changes: through a broadcasting op the walk visits both inputs, and
+        a network of residual Adds made it exponential (PP-OCRv4 rec: minutes)."""
+        if name in self._ranks:
+            return self._ranks[name]
+        r = self._rank(name, _depth)
+        if _depth == 0 or r is not None:    # a None met deep down may be the depth limit's: not kept
+            self._ranks[name] = r
+        return r
+
+    def _rank(self, name: str, _depth: int) -> int | None:
         shape = self.static_shape(name)
         if shape is not None:
             return len(shape)

@@ -131,14 +131,14 @@ def _clip_swish(ctx: Context, add) -> bool:
     Conv's epilogue. ONNX's HardSwish (x * clip(x / 6 + 1 / 2, 0, 1)) rounds otherwise: not that."""
     if not ctx.is_op(add, "Add") or len(add.inputs) != 2 or not all(add.inputs):
         return False
+    clip = _next(ctx, add, "Clip", _CLIP_VERSIONS)     # (the cheap test first: every Add comes here)
+    if clip is None or clip.inputs[0] != _out(add):
+        return False
     for x, three in (add.inputs, add.inputs[::-1]):
         dtype = _exactly(ctx, three, 3.0, x)
         if dtype is not None and not ctx.is_constant(x):
             break
     else:
-        return False
-    clip = _next(ctx, add, "Clip", _CLIP_VERSIONS)
-    if clip is None or clip.inputs[0] != _out(add):
         return False
     if ctx.version(clip) >= 11:
         if len(clip.inputs) != 3 or _exactly(ctx, clip.inputs[1], 0.0, x, dtype) is None \
