@@ -231,11 +231,17 @@ def run_case(name: str, quick: bool, notes: list[str]) -> dict | None:
         print(f"\n[{name}] build failed: {core.short(e, 300)}", flush=True)
         return None
     print(f"\n[{name}] {app.label}  (built in {time.perf_counter() - t0:.1f} s)", flush=True)
+    return compare_and_time(name, app, quick, notes)
+
+
+def compare_and_time(name: str, app, quick: bool, notes: list[str], ort_options: dict | None = None) -> dict:
+    """The row of one case: both runtimes set up on app.model, their outputs of app.run (and app.checks)
+    compared, then timed in alternating blocks. ort_options: more onnxruntime SessionOptions fields."""
     row = {"name": name, "label": app.label, "latency": {}, "setup": {}, "stats": {}, "tol": app.tol}
     runners = {}
     outs = {}
     for rt in RUNTIMES:
-        opts = {"intra_op_num_threads": ORT_THREADS} if rt == "onnxruntime" else {}
+        opts = {"intra_op_num_threads": ORT_THREADS, **(ort_options or {})} if rt == "onnxruntime" else {}
         r = core.Runner(rt, app.model, **opts)
         row["setup"][rt] = r.setup_time
         if r.ok:
@@ -269,6 +275,20 @@ def run_case(name: str, quick: bool, notes: list[str]) -> dict | None:
     return row
 
 
+def run_all(items, run_one, quick: bool):
+    """warm_up, then run_one(item, quick, notes) for each item, the machine's load average and speed read
+    before and after -> (rows, notes, (load, speed) at start, (load, speed) at end)."""
+    warm_up()
+    start = os.getloadavg(), core.speed_probe()
+    print("machine speed at start:", core.speed_text(start[1]), flush=True)
+    rows, notes = [], []
+    for item in items:
+        row = run_one(item, quick, notes)
+        if row:
+            rows.append(row)
+    return rows, notes, start, (os.getloadavg(), core.speed_probe())
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help=f"{BLOCKS[True]} blocks of {BLOCK_SECONDS[True]} s "
@@ -297,15 +317,7 @@ def main(argv=None) -> int:
     print(f"mode: {mode}; onnxruntime intra_op_num_threads={ORT_THREADS}; both runtimes in this process, "
           f"{BLOCKS[args.quick]} alternating blocks each (pause {PAUSE} s + one untimed call, then >= "
           f"{BLOCK_SECONDS[args.quick]} s of back-to-back calls); per-call medians", flush=True)
-    warm_up()
-    load_start, speed_start = os.getloadavg(), core.speed_probe()
-    print("machine speed at start:", core.speed_text(speed_start), flush=True)
-    rows, notes = [], []
-    for name in names:
-        row = run_case(name, args.quick, notes)
-        if row:
-            rows.append(row)
-    load_end, speed_end = os.getloadavg(), core.speed_probe()
+    rows, notes, (load_start, speed_start), (load_end, speed_end) = run_all(names, run_case, args.quick)
     load = (f"load average (1/5/15 min) at start {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}, "
             f"at end {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f} ({os.cpu_count()} CPUs)")
     speed = f"machine speed at start: {core.speed_text(speed_start)}; at end: {core.speed_text(speed_end)}"

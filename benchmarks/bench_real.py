@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import time
@@ -168,39 +167,8 @@ def run_case(case: Case, quick: bool, notes: list[str]) -> dict | None:
         print(f"\n[{case.name}] not loaded: {core.short(e, 300)}", flush=True)
         return None
     print(f"\n[{case.name}] {case.label}", flush=True)
-    row = {"name": case.name, "label": case.label, "latency": {}, "setup": {}, "stats": {}, "tol": case.tol}
-    runners, outs = {}, {}
-    for rt in apps.RUNTIMES:
-        # onnxruntime's warnings (unused initializers, declared output shapes) would flood the report
-        opts = {"intra_op_num_threads": apps.ORT_THREADS, "log_severity_level": 3} if rt == "onnxruntime" else {}
-        r = core.Runner(rt, case.model, **opts)
-        row["setup"][rt] = r.setup_time
-        if r.ok:
-            try:
-                outs[rt] = [case.run(r.call)]
-                runners[rt] = r
-            except Exception as e:
-                r.error = f"run failed: {core.short(e, 300)}"
-        if r.error:
-            notes.append(f"{case.name}: {rt} n/a - {r.error}")
-            print(f"  {rt}: {r.error}", flush=True)
-    if len(outs) == 2:
-        err, where = apps.max_err(outs["onnx_mini"][0], outs["onnxruntime"][0])
-        row["max_err"] = err
-        if err > case.tol:
-            row["differs"] = True
-            notes.append(f"{case.name}: onnx_mini output DIFFERS from onnxruntime ({where}: error {err:.1e} > "
-                         f"tolerance {case.tol:g})")
-        elif case.tol > 1e-3:
-            notes.append(f"{case.name}: tolerance {case.tol:g} ({case.why_tol}); measured {err:.1e}")
-    for rt, s in apps.measure_case(case, runners, quick).items():
-        row["latency"][rt] = s["median_s"]
-        row["stats"][rt] = s
-        print(f"  {rt:12s} {core.fmt_time(s['median_s']):>10s} per call (quartiles {core.fmt_time(s['q1_s'])} - "
-              f"{core.fmt_time(s['q3_s'])}, {s['calls']} calls)", flush=True)
-    m = apps.ratio(row)
-    print(f"  mini/ort {m:.2f}x" if m else "  mini/ort n/a", flush=True)
-    return row
+    # onnxruntime's warnings (unused initializers, declared output shapes) would flood the report
+    return apps.compare_and_time(case.name, case, quick, notes, {"log_severity_level": 3})
 
 
 def main(argv=None) -> int:
@@ -215,15 +183,7 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     print("machine:", core.machine_info())
     print("wheels:", ", ".join(f"{k} {v[0]}" for k, v in WHEELS.items()))
-    apps.warm_up()
-    load_start, speed_start = os.getloadavg(), core.speed_probe()
-    print("machine speed at start:", core.speed_text(speed_start), flush=True)
-    rows, notes = [], []
-    for case in cases:
-        row = run_case(case, args.quick, notes)
-        if row:
-            rows.append(row)
-    load_end, speed_end = os.getloadavg(), core.speed_probe()
+    rows, notes, (load_start, speed_start), (load_end, speed_end) = apps.run_all(cases, run_case, args.quick)
     print(f"\nResults ({'quick' if args.quick else 'full'} run; median time per call; mini/ort = onnx_mini / "
           "onnxruntime; max err relative to the output's max |value|; '!' = beyond the case's tolerance)")
     print("machine:", core.machine_info())
