@@ -175,27 +175,13 @@ def fold_affine_into_batchnorm(ctx: Context) -> bool:
         if rank is None or rank < 2:
             continue
         scale, bias = (p.astype(np.float64) for p in params)
-        nodes, last = [bn], bn
-        mul = ctx.single_user(bn.outputs[0])
-        if ctx.is_op(mul, "Mul", (7, 13, 14)):
-            c = _per_channel(ctx, _other_input(mul, last.outputs[0]), rank, len(scale))
-            if c is not None:
-                scale, bias = scale * c, bias * c
-                nodes.append(mul)
-                last = mul
-        add = ctx.single_user(last.outputs[0]) if last.outputs[0] else None
-        if ctx.is_op(add, "Add", (7, 13, 14)):
-            d = _per_channel(ctx, _other_input(add, last.outputs[0]), rank, len(scale))
-            if d is not None:
-                bias = bias + d
-                nodes.append(add)
-                last = add
-        if len(nodes) == 1:
+        c, d, after, last = _affine_after(ctx, bn, rank, len(scale))
+        if not after:
             continue
-        s_name = ctx.add_initializer(bn.inputs[1], scale.astype(params[0].dtype))
-        b_name = ctx.add_initializer(bn.inputs[2], bias.astype(params[1].dtype))
+        s_name = ctx.add_initializer(bn.inputs[1], (scale * c).astype(params[0].dtype))
+        b_name = ctx.add_initializer(bn.inputs[2], (bias * c + d).astype(params[1].dtype))
         new = replace(bn, inputs=(bn.inputs[0], s_name, b_name, *bn.inputs[3:]), outputs=last.outputs)
-        ctx.replace(nodes, [new])
+        ctx.replace([bn, *after], [new])
         changed = True
     return changed
 
@@ -213,30 +199,30 @@ def fold_affine_into_conv(ctx: Context) -> bool:
         w = _weights(ctx, conv.inputs[1])
         if w is None or w.ndim < 3:
             continue
-        m = w.shape[0]
-        a, shift, nodes, last = np.ones(m), np.zeros(m), [conv], conv
-        for op in ("Mul", "Add"):
-            user = ctx.single_user(last.outputs[0])
-            if not ctx.is_op(user, op, (7, 13, 14)) or len(user.outputs) != 1:
-                continue
-            name = _other_input(user, last.outputs[0])
-            v = _per_channel(ctx, name, w.ndim, m) if name and ctx.value(name) is not None \
-                and ctx.value(name).dtype == w.dtype else None
-            if v is None:
-                break
-            if op == "Mul":
-                a, shift = a * v, shift * v
-            else:
-                shift = shift + v
-            nodes.append(user)
-            last = user
-        if len(nodes) == 1:
-            continue
-        new = _conv(ctx, conv, a, None, None, shift)
+        c, d, after, last = _affine_after(ctx, conv, w.ndim, w.shape[0], w.dtype)
+        new = _conv(ctx, conv, c, None, None, d) if after else None
         if new is not None:
-            ctx.replace(nodes, [replace(new, outputs=last.outputs)])
+            ctx.replace([conv, *after], [replace(new, outputs=last.outputs)])
             changed = True
     return changed
+
+
+def _affine_after(ctx: Context, node, rank: int, channels: int, dtype=None):
+    """The Mul and / or Add of per-channel constants (of `dtype` when given) that read `node`'s output, in
+    that order, each value read by the next node alone -> (c, d, those nodes, the last node): their
+    y * c + d, c and d float64 (channels,) vectors (ones and zeros without them)."""
+    c, d, after, last = np.ones(channels), np.zeros(channels), [], node
+    for op in ("Mul", "Add"):
+        user = ctx.single_user(last.outputs[0]) if last.outputs[0] else None
+        if not ctx.is_op(user, op, (7, 13, 14)):
+            continue
+        v = _per_channel(ctx, _other_input(user, last.outputs[0]), rank, channels, dtype)
+        if v is None:
+            break
+        c, d = (c * v, d * v) if op == "Mul" else (c, d + v)
+        after.append(user)
+        last = user
+    return c, d, after, last
 
 
 def _other_input(node, name: str) -> str:
@@ -245,11 +231,12 @@ def _other_input(node, name: str) -> str:
     return node.inputs[1] if node.inputs[0] == name else node.inputs[0]
 
 
-def _per_channel(ctx: Context, name: str, rank: int, channels: int):
-    """A float constant that broadcasts along axis 1 only of a rank-`rank` tensor, as a (channels,)
-    float64 vector; None otherwise."""
+def _per_channel(ctx: Context, name: str, rank: int, channels: int, dtype=None):
+    """A float constant (of `dtype` when given) that broadcasts along axis 1 only of a rank-`rank` tensor, as
+    a (channels,) float64 vector; None otherwise."""
     v = ctx.value(name) if name else None
-    if not isinstance(v, np.ndarray) or v.dtype.kind != "f" or v.ndim > rank:
+    if (not isinstance(v, np.ndarray) or v.dtype.kind != "f" or v.ndim > rank
+            or (dtype is not None and v.dtype != dtype)):
         return None
     shape = (1,) * (rank - v.ndim) + v.shape
     if any(d != 1 for i, d in enumerate(shape) if i != 1) or shape[1] not in (1, channels):

@@ -150,14 +150,11 @@ def _clip_swish(ctx: Context, add) -> bool:
     if mul is None or _other(mul, _out(clip)) != x:
         return False
     last = ctx.single_user(_out(mul)) if _out(mul) else None
-    for op in ("Div", "Mul"):
-        if ctx.is_op(last, op, _ELEM) and len(last.inputs) == 2 and last.inputs[0] == _out(mul) \
-                and ctx.is_constant(last.inputs[1]):
-            v = ctx.value(last.inputs[1])
-            if isinstance(v, np.ndarray) and v.dtype == dtype and v.size == 1 and _const(
-                    ctx, last.inputs[1], float(v.reshape(())), x) and (op == "Mul" or float(v.reshape(())) == 6.0):
-                return _fuse(ctx, [add, clip, mul, last], "ClipSwish", (x,),
-                             {"scale_op": op, "scale": float(v.reshape(()))})
+    for op in ("Div", "Mul"):     # / 6, or * any constant
+        if ctx.is_op(last, op, _ELEM) and len(last.inputs) == 2 and last.inputs[0] == _out(mul):
+            scale = 6.0 if op == "Div" else ctx.scalar(last.inputs[1])
+            if scale is not None and _exactly(ctx, last.inputs[1], scale, x, dtype) is not None:
+                return _fuse(ctx, [add, clip, mul, last], "ClipSwish", (x,), {"scale_op": op, "scale": scale})
     return False
 
 
