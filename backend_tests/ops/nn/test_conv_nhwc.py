@@ -1,6 +1,6 @@
 """The channels-last Conv (ops/fused.py's ConvNHWC, ops/nn/conv/channels_last.py) against a direct loop
 over the taps written here from Conv's spec: every path (pointwise, depthwise stride 1 / strided narrow /
-strided wide, im2col, the NCHW fallback), strides, pads (asymmetric too), bias or none, activations,
+strided wide, im2col, the NCHW fallback), strips, strides, pads (asymmetric too), bias or none, activations,
 a residual, infinities and NaN, float64, fed weights."""
 from __future__ import annotations
 
@@ -56,7 +56,11 @@ CASES = [   # (C, M, group, k, strides, pads, H, W): the path each one takes
     (3, 8, 1, 3, (2, 2), (1, 1, 1, 1), 8, 8),           # few channels: im2col still computes it
     (4, 4, 4, 2, (1, 3), (0, 1, 0, 1), 6, 50),          # depthwise 2x2 /3, wide: phase 2 holds no kernel column
     (3, 3, 3, 1, (2, 2), (0, 0, 0, 0), 5, 40),          # depthwise 1x1 /2, wide: phase 0 alone
+    (16, 8, 1, 3, (1, 1), (1, 1, 1, 1), 16, 17),        # strips: 3x3, 272 output pixels, M <= kw*C / 2
+    (8, 4, 1, 5, (1, 1), (2, 0, 1, 3), 19, 20),         # strips 5x5, asymmetric pads (tap columns cut both sides)
+    (6, 2, 1, 3, (1, 1), (0, 4, 0, 0), 18, 15),         # strips, a left pad wider than the kernel
 ]
+STRIPS = (14, 15, 16)
 
 
 @pytest.mark.parametrize("c, m, group, k, strides, pads, h, wd", CASES)
@@ -69,12 +73,21 @@ def test_paths_match_direct_loop(c, m, group, k, strides, pads, h, wd, bias):
     np.testing.assert_allclose(got, direct(x, w, b, strides, pads, group), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("case", STRIPS)
+def test_stride_one_conv_of_enough_channels_takes_strips(case):
+    c, m, group, k, strides, pads, h, wd = CASES[case]
+    w = data((m, c, k, k), 2)
+    conv = channels_last.ConvNHWC(kernel_shape=[k, k], pads=list(pads), constants={1: w})
+    y = conv(nhwc(data((1, c, h, wd), 1)), w)
+    assert conv.algorithms == {(1, h, wd, c): "nhwc-strips"} and y.shape[3] == m
+
+
 def test_wide_strided_depthwise_takes_phases_and_narrow_takes_windows():
     # the two strided depthwise algorithms split at DW_WINDOWS_MAX_WIDTH output columns
     assert channels_last.DW_WINDOWS_MAX_WIDTH < 20 and channels_last.DW_WINDOWS_MAX_WIDTH >= 6
 
 
-@pytest.mark.parametrize("c, m, group, k, strides, pads", [c[:6] for c in CASES[:10:3]])
+@pytest.mark.parametrize("c, m, group, k, strides, pads", [c[:6] for c in CASES[:10:3] + CASES[14:16]])
 def test_float64_and_fed_weights(c, m, group, k, strides, pads):
     x = data((1, c, 9, 10), 4, np.float64)
     w = data((m, c // group, k, k), 5, np.float64)
@@ -91,7 +104,7 @@ def test_float64_and_fed_weights(c, m, group, k, strides, pads):
     ("HardSwish", (), lambda y: y * np.clip(y / 6 + 0.5, 0, 1)),
     ("LeakyRelu", (0.1,), lambda y: np.where(y < 0, 0.1 * y, y)),
 ])
-@pytest.mark.parametrize("case", [0, 3, 5, 7])
+@pytest.mark.parametrize("case", [0, 3, 5, 7, 14])
 def test_activation_and_residual(activation, params, f, case):
     c, m, group, k, strides, pads, h, wd = CASES[case]
     x = data((1, c, h, wd), 7) * 4
@@ -107,7 +120,7 @@ def test_activation_and_residual(activation, params, f, case):
     np.testing.assert_allclose(got, f(y0 + z), rtol=1e-5, atol=2e-4)
 
 
-@pytest.mark.parametrize("case", [0, 3, 5, 6, 7, 8, 12, 13])
+@pytest.mark.parametrize("case", [0, 3, 5, 6, 7, 8, 12, 13, *STRIPS])
 def test_infinities_and_nan_propagate_as_the_sums_do(case):
     c, m, group, k, strides, pads, h, wd = CASES[case]
     x = data((1, c, h, wd), 11)
