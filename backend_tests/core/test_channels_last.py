@@ -256,6 +256,93 @@ def test_strided_depthwise_of_few_channels_joins_the_region_it_reads():
     # where its input comes from outside a region it stays NCHW (test_strided_depthwise_of_few_channels_stays_nchw)
 
 
+# -- steps whose axes are renamed: Resize, Concat, GlobalAveragePool ------------------------------------
+
+def pyramid(resize, opset=13, axis=1, extra_inits=()):
+    """A feature pyramid's merge: x -> depthwise -> pointwise p (16x12) -> depthwise /2 -> pointwise q (8x6)
+    -> `resize` (the Resize / Upsample node taking q to u, 16x12) -> Add(p, u) -> Concat([s, p], axis)
+    -> pointwise -> y."""
+    c = 16
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], group=c, pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["a", "w2", "b2"], ["p"]),
+             helper.make_node("Conv", ["p", "w3"], ["d"], group=c, pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Conv", ["d", "w4"], ["q"]),
+             resize,
+             helper.make_node("Add", ["p", "u"], ["s"]),
+             helper.make_node("Concat", ["s", "p"], ["cat"], axis=axis),
+             helper.make_node("Conv", ["cat", "w5"], ["y"])]
+    # weights scaled to keep the sums near 1 (float32 rounding in another order stays within check's atol)
+    inits = [init("w1", rand(c, 1, 3, 3) / 3), init("w2", rand(c, c, 1, 1) / 4), init("b2", rand(c)),
+             init("w3", rand(c, 1, 3, 3) / 3), init("w4", rand(c, c, 1, 1) / 4), init("w5", rand(8, 2 * c, 1, 1) / 6),
+             *extra_inits]
+    return model(nodes, [("x", F, [1, c, 16, 12])], [("y", F, None)], inits, opset=opset)
+
+
+RESIZES = {   # name: (the node, its constants, opset)
+    "scales": (helper.make_node("Resize", ["q", "", "sc"], ["u"], mode="nearest"),
+               [init("sc", np.array([1, 1, 2, 2], np.float32))], 13),
+    "sizes": (helper.make_node("Resize", ["q", "", "", "sz"], ["u"], mode="linear"),
+              [init("sz", np.array([1, 16, 16, 12], np.int64))], 13),
+    "resize10": (helper.make_node("Resize", ["q", "sc"], ["u"]), [init("sc", np.array([1, 1, 2, 2], np.float32))], 10),
+    "axes": (helper.make_node("Resize", ["q", "", "sc"], ["u"], axes=[-1, 2], mode="cubic"),
+             [init("sc", np.array([2, 2], np.float32))], 18),
+    # roi differs along H and W: tf_crop_and_resize reads it per axis, permuted alike
+    "crop": (helper.make_node("Resize", ["q", "roi", "", "sz"], ["u"], mode="linear",
+                              coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=0.5),
+             [init("roi", np.array([0, 0, 0.1, -0.2, 1, 1, 0.8, 1.1], np.float32)),
+              init("sz", np.array([1, 16, 16, 12], np.int64))], 13),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RESIZES))
+@pytest.mark.parametrize("axis", [1, -3])
+def test_pyramid_resize_add_concat_stay_channels_last(case, axis):
+    node, inits, opset = RESIZES[case]
+    rep, s = check(pyramid(node, opset, axis, inits), [rand(1, 16, 16, 12)])
+    # one Transpose in, one out: the Resize, the Add and the Concat run on NHWC values between the Convs
+    assert s.count(T) == 2 and s.count(NHWC) == 5
+    assert [op for _, op in s if op not in ("Transpose", "ConvNHWC")] == ["Resize", "Add", "Concat"]
+
+
+def test_resize_with_fed_scales_leaves_the_region():
+    node = helper.make_node("Resize", ["q", "", "sc"], ["u"])
+    m = pyramid(node)
+    m.graph.input.append(helper.make_tensor_value_info("sc", F, [4]))
+    rep, s = check(m, [rand(1, 16, 16, 12), np.array([1, 1, 2, 2], np.float32)])
+    assert ("", "Resize") in s and s.count(T) > 2        # q leaves NCHW for it, u enters again
+
+
+def test_concat_with_an_outside_input_leaves_the_region():
+    # Concat([s, x]): x is not a region value, so the Concat runs NCHW on s's view
+    node, inits, opset = RESIZES["scales"]
+    m = pyramid(node, opset, 1, inits)
+    m.graph.node[6].input[1] = "x"
+    rep, s = check(m, [rand(1, 16, 16, 12)])
+    i = s.index(("", "Concat"))
+    assert s[i - 1] == T and NHWC not in s[i:]     # s leaves the region; the last Conv, alone, runs NCHW
+
+
+def test_squeeze_excitation_pools_channels_last():
+    """depthwise -> GlobalAveragePool -> 1x1 Conv, Relu -> 1x1 Conv, HardSigmoid -> Mul with the depthwise
+    output -> pointwise: the pooling is the mean over H and W of the NHWC value (ReduceMean), the whole
+    block one region."""
+    c = 16
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["d"], group=c, pads=[1, 1, 1, 1]),
+             helper.make_node("GlobalAveragePool", ["d"], ["g"]),
+             helper.make_node("Conv", ["g", "w2", "b2"], ["r0"]),
+             helper.make_node("Relu", ["r0"], ["r"]),
+             helper.make_node("Conv", ["r", "w3", "b3"], ["h0"]),
+             helper.make_node("HardSigmoid", ["h0"], ["h"]),
+             helper.make_node("Mul", ["d", "h"], ["e"]),
+             helper.make_node("Conv", ["e", "w4"], ["y"])]
+    inits = [init("w1", rand(c, 1, 3, 3)), init("b1", rand(c)), init("w2", rand(4, c, 1, 1)), init("b2", rand(4)),
+             init("w3", rand(c, 4, 1, 1)), init("b3", rand(c)), init("w4", rand(8, c, 1, 1))]
+    m = model(nodes, [("x", F, [2, c, 9, 7])], [("y", F, None), ("g", F, None)], inits)
+    rep, s = check(m, [rand(2, c, 9, 7)])
+    assert ("", "GlobalAveragePool") not in s and ("", "ReduceMean") in s
+    assert s.count(NHWC) == 4 and s.count(T) == 3        # x in; y and the pooled g (a graph output) out
+
+
 # -- QLinearConv (the QOperator form): QLinearConvNHWC, bit for bit the NCHW kernel's codes --------------
 
 QNHWC = (FUSED_DOMAIN, "QLinearConvNHWC")
