@@ -120,6 +120,23 @@ def test_activation_and_residual(activation, params, f, case):
     np.testing.assert_allclose(got, f(y0 + z), rtol=1e-5, atol=2e-4)
 
 
+@pytest.mark.parametrize("case", [0, 1, 3, 14])
+def test_products_finish_by_blocks_of_rows_as_whole(monkeypatch, case):
+    # the products' B, residual and activation by blocks of output rows (thresholds.FINISH_BLOCK_BYTES):
+    # one row a block gives the values of one block for the whole output, bit for bit
+    from onnx_mini.ops.nn.conv import thresholds
+    c, m, group, k, strides, pads, h, wd = CASES[case]
+    x, w, b = data((2, c, h, wd), 21), data((m, c, k, k), 22), data((m,), 23)
+    y0 = direct(x, w, b, strides, pads)
+    z = data(y0.shape, 24)
+    attrs = dict(activation="HardSwish", strides=list(strides), pads=list(pads))
+    whole = run(x, w, b, z=z, **attrs)
+    monkeypatch.setattr(thresholds, "FINISH_BLOCK_BYTES", 1)
+    np.testing.assert_array_equal(run(x, w, b, z=z, **attrs), whole)
+    y = y0 + z
+    np.testing.assert_allclose(whole, y * np.clip(y / 6 + 0.5, 0, 1), rtol=1e-5, atol=2e-4)
+
+
 @pytest.mark.parametrize("case", [0, 3, 5, 6, 7, 8, 12, 13, *STRIPS])
 def test_infinities_and_nan_propagate_as_the_sums_do(case):
     c, m, group, k, strides, pads, h, wd = CASES[case]

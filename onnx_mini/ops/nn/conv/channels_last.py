@@ -165,15 +165,28 @@ class ConvNHWC:
             return self._depthwise(x, w, b, strides, out, plan, epilogue)
         elif kind == "strips" and m <= _strips_share() * w.shape[3] * c:
             self.algorithms[x.shape] = "nhwc-strips"
-            return _finished(self._strips(x, w, b, out, plan), epilogue)
+            y = self._strips(x, w, b, out, plan)
+            return y if epilogue is None else self._finish_blocks(y, None, epilogue)
         else:
             if kind == "strips":
                 self.algorithms[x.shape] = "nhwc-im2col"
             y = self._im2col(self._padded(x, need, dst, src), w, strides, out)
-        if b is not None:
-            rows = y.reshape(-1, out[1] * m)
-            rows += self.along_row(b, out[1])
-        return _finished(y, epilogue)
+        if epilogue is None:
+            if b is not None:
+                rows = y.reshape(-1, out[1] * m)
+                rows += self.along_row(b, out[1])
+            return y
+        return self._finish_blocks(y, b, epilogue)
+
+    def _finish_blocks(self, y, b, epilogue):
+        """B and the epilogue on a product's output (N, Ho, Wo, M) by blocks of output rows of about
+        thresholds.FINISH_BLOCK_BYTES, each finished while in cache (a large output's passes from memory
+        cost more than its product: layout's 400x304 16 -> 32 pointwise Conv with ClipSwish)."""
+        oh, ow, m = y.shape[1:]
+        step = max(1, thresholds.FINISH_BLOCK_BYTES // max(1, ow * m * y.itemsize))
+        for r0 in range(0, oh, step):
+            self._finish_rows(y, b, epilogue, r0, min(oh, r0 + step))
+        return y
 
     def _finish_rows(self, y, b, epilogue, r0, r1):
         """B and the epilogue on output rows r0:r1 of every image of y (N, Ho, Wo, M), right after a part's

@@ -96,6 +96,9 @@ IM2COL_BANDS_MIN_BYTES = 4 << 20         # "split" runs: one group's columns fro
                                          # 9.4 MB: 2.8 -> 2.2 ms; 32x64x64 -> 32, 4.7 MB: 2.4 -> 2.2; 2.4 MB: a tie)
 IM2COL_BAND_BYTES = 576 << 10            # ... of about this many bytes of columns (16x128x128 -> 16: 576 KB 0.77 of
                                          # the time, 1.15 MB 0.88; the L2 cache holds 1 MB)
+FINISH_BLOCK_BYTES = 512 << 10          # ConvNHWC's products: B and the epilogue by blocks of output rows of about this
+                                         # size while in cache ([121600, 16] x [16, 32] + B + ClipSwish, numpy alone:
+                                         # whole 17.1 ms, blocks of 311 KB 7.8-8.7, 622 KB 7.4-8.1, 1.2 MB 7.5-7.6)
 CACHE_SET_BYTES = 512                    # a channels-last row spanning a multiple of this thrashes the cache sets
 CACHE_GAP = 16                           # ... so it gets this gap (512x14x14: the copy back 227 -> 53 us)
 
