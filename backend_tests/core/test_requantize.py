@@ -9,6 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnx_mini
+from onnx_mini.ops.nn.conv.run import _finish_planes
 from onnx_mini.optimize import FUSED_DOMAIN
 from helpers import init, model, steps
 
@@ -79,6 +80,23 @@ def test_conv_requantized_in_its_epilogue_bit_for_bit(after, shape):
     assert steps(opt) == [(FUSED_DOMAIN, "Conv")]
     (info,) = opt.plan.infos
     assert info.fused_from[0] == "conv"
+
+
+@pytest.mark.parametrize("after", ["qdq", "lut"])
+def test_strided_conv_requantized_by_runs_of_channel_planes(monkeypatch, after):
+    # a one-image im2col (3x3 /2: its columns from the stride phases) requantizes plane by plane
+    # (thresholds.FINISH_BLOCK_BYTES 1): the graph's bits still
+    from onnx_mini.ops.nn.conv import run, thresholds
+    monkeypatch.setattr(thresholds, "FINISH_BLOCK_BYTES", 1)
+    blocked = []
+    monkeypatch.setattr(run, "_finish_planes", lambda *a: blocked.append(1) or _finish_planes(*a))
+    m = conv_then(after)
+    m.graph.initializer[0].CopyFrom(init("w", np.random.default_rng(3).standard_normal((3, 3, 3, 3)).astype(np.float32)))
+    for k, v in (("kernel_shape", [3, 3]), ("strides", [2, 2]), ("pads", [1, 1, 1, 1])):
+        m.graph.node[0].attribute.append(helper.make_attribute(k, v))
+    del m.graph.node[0].input[2]         # no B: im2col's plain columns (a B would be summed by the product)
+    opt, _ = same_bits(m, {"x": probe((1, 3, 37, 41), 0.25, 128)})
+    assert steps(opt) == [(FUSED_DOMAIN, "Conv")] and blocked
 
 
 def test_values_by_hand():

@@ -241,6 +241,7 @@ def fused_conv(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
 
     def activate(y, i0, i1):
         act(y)
+    activate.elementwise = True     # any part of the output: the Convolution may finish it by blocks
 
     def per_image(x, w, b=None, z=None, then=None):
         # float32/64 with the residual of the output's shape (or broadcasting along the images): the
@@ -264,6 +265,7 @@ def fused_conv(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
                 act(y)
             if then is not None and y.size:
                 then(y)
+        epilogue.elementwise = z is None    # the activation and requantization alone: by blocks too
         try:
             return convolution(x, w, b, epilogue=epilogue)
         except (_Elsewhere, ValueError):   # not broadcastable here: the general path says how

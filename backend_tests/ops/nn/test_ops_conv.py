@@ -233,6 +233,29 @@ def test_conv_winograd_float64_and_fused_epilogue(winograd_everywhere):
     assert len(winograd_everywhere) == 2
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_one_image_finished_by_runs_of_channel_planes(monkeypatch, bias):
+    # a one-image im2col output's B and an elementwise epilogue (the fused Conv's activation alone) by runs
+    # of channel planes (thresholds.FINISH_BLOCK_BYTES): one plane a block gives the whole's bits
+    from onnx_mini.ops.fused import fused_conv
+    x, w = RNG.standard_normal((1, 3, 161, 160)).astype(np.float32), RNG.standard_normal((6, 3, 3, 3)).astype(np.float32)
+    b = RNG.standard_normal(6).astype(np.float32) if bias else None
+    consts = {1: w} if b is None else {1: w, 2: b}
+    args = (x, w) if b is None else (x, w, b)
+    attrs = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2], activation="HardSwish")
+    whole = fused_conv(**attrs, _constants=consts)(*args)
+    monkeypatch.setattr(thresholds, "FINISH_BLOCK_BYTES", 1)
+    finish, blocked = conv.run._finish_planes, []
+    monkeypatch.setattr(conv.run, "_finish_planes", lambda *a: blocked.append(1) or finish(*a))
+    blocks = fused_conv(**attrs, _constants=consts)
+    np.testing.assert_array_equal(blocks(*args), whole)
+    assert blocked
+    y = conv_expected(x.astype(np.float64), w.astype(np.float64), None if b is None else b.astype(np.float64),
+                      strides=[2, 2], pads=[1, 1, 1, 1])
+    np.testing.assert_allclose(whole, y * np.clip(y / 6 + 0.5, 0, 1), rtol=1e-5, atol=1e-5)
+    assert set(blocks.algorithms.values()) == {"im2col"}
+
+
 @pytest.mark.parametrize("where", ["input", "weights", "constant weights"])
 def test_conv_winograd_leaves_infinities_to_the_direct_forms(winograd_everywhere, where):
     """An infinity would come out of the transforms as inf - inf = NaN: such values go to im2col /

@@ -111,6 +111,8 @@ class Convolution:
                 y = im2col.conv_biased(x, self._biased("nchw", given_w, given_b, x.dtype, constant), columns, out)
             else:
                 y = im2col.conv(x, w, group, columns, out)
+                if epilogue is not None and getattr(epilogue, "elementwise", False):
+                    return _finish_planes(y, b, epilogue).astype(dtype, copy=False)
                 if b is not None:
                     y += b.reshape((1, m) + (1,) * r)
             if epilogue is not None:
@@ -251,6 +253,21 @@ def _columns(layout, x, group):
             columns = im2col.Columns(x.shape, x.dtype, group, kernel, strides, dil, begin, end, out)
         layout.memo["columns"] = columns
     return columns
+
+
+def _finish_planes(y, b, epilogue):
+    """One image's output y (1, M, *out) + B, then an elementwise epilogue (its `elementwise` attribute:
+    it may finish any part, as the activation alone), by runs of channel planes of about
+    thresholds.FINISH_BLOCK_BYTES, each finished while in cache (a stem's 16 x 400x304 output + B +
+    ClipSwish: six passes from memory otherwise)."""
+    planes = y.reshape(y.shape[1], -1)
+    step = max(1, thresholds.FINISH_BLOCK_BYTES // max(1, planes.shape[1] * y.itemsize))
+    for m0 in range(0, planes.shape[0], step):
+        part = planes[m0:m0 + step]
+        if b is not None:
+            part += b[m0:m0 + step, None]
+        epilogue(part, 0, 1)
+    return y
 
 
 def _skipped_finite(w, read) -> bool:
