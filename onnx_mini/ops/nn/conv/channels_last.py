@@ -12,10 +12,12 @@ The sums are the Conv's (the spec's: spec.py); only their order changes. Per inp
   strided along the width, narrow outputs sum the 6-d windows directly, wide ones read the padded
   input stored as column phases (_depthwise_phased);
 - group 1 at stride 1 with kw*C channels enough against M (select's strips rule, the NCHW strips.py
-  made channels-last): each padded row's window rows of kw*C values copied once as strips S (N, Hp*Wo,
-  kw*C + 1, the last a column of ones), one product Z = S @ Ws with W's kernel rows side by side (kw*C + 1,
-  kh*M; B in kernel row 0's last row), and Y's rows i the sum over di of Z's rows i + di, block di: a
-  third of im2col's copy and columns (PP-OCR det's 96 -> 24 3x3 layers on 120x120: 50 MB of columns);
+  made channels-last): each padded row's window rows of kw*C values (contiguous in the padded copy)
+  copied once as strips S (N, Hp*Wo, kw*C), one product Z = S @ Ws with W's kernel rows side by side
+  (kw*C, kh*M), and Y's rows i the sum over di of Z's rows i + di, block di; B added with the epilogue.
+  A third of im2col's copy and columns (PP-OCR det's 96 -> 24 3x3 layers on 120x120: 50 MB of columns;
+  alone 14.3 -> 8.0 ms); S by one strided copy of the padded input rather than a copy per tap column
+  into rows with a column of ones (the fill 2.7-4.0 -> 1.5-1.8 ms there, the product the same);
 - the rest of group 1 (the stem 3x3/2, strided or padded 1x1): im2col on the channels-last input (the
   window view copied to [N*Ho*Wo, kh*kw*C]) and one product with W as [kh*kw*C, M].
 Anything else (another type, group or rank, shapes that do not fit) runs the NCHW Convolution on the
@@ -91,7 +93,7 @@ class ConvNHWC:
         self.w_const = constants.get(1)
         self.b_const = constants.get(2)
         self.rows = {}          # Wo -> the constant B tiled along an output row
-        self.strip_weights = None   # the constant W and B as _strips multiplies them, made on its first call
+        self.strip_weights = prepack(strip_weights, constants, (1,))
         # per thread: plan key -> (zero-padded input buffer, where X goes in it, its windows): a small
         # single-part depthwise call copies X's interior only (see _depthwise_small)
         self.scratch = threading.local()
@@ -131,8 +133,6 @@ class ConvNHWC:
         pieces = None
         if kind == "depthwise":
             pieces = _row_pieces(phases, strides[1]) if phased else _row_pieces(None, 1, need[1], dst[1], src[1])
-        elif kind == "strips":
-            pieces = _strip_columns(kw, out[1], dst[1], src[1])
         if len(self.algorithms) < thresholds.LAYOUTS:
             self.algorithms[tuple(xs)] = f"nhwc-{kind}" + ("-phases" if phased else "")
         return kind, strides, out, need, dst, src, phases, pieces
@@ -165,8 +165,7 @@ class ConvNHWC:
             return self._depthwise(x, w, b, strides, out, plan, epilogue)
         elif kind == "strips" and m <= _strips_share() * w.shape[3] * c:
             self.algorithms[x.shape] = "nhwc-strips"
-            y = self._strips(x, w, b, out, plan)
-            return y if epilogue is None else self._finish_blocks(y, None, epilogue)
+            y = self._strips(x, w, out, plan)
         else:
             if kind == "strips":
                 self.algorithms[x.shape] = "nhwc-im2col"
@@ -230,8 +229,14 @@ class ConvNHWC:
         windows read exactly x)."""
         if list(x.shape[1:3]) == need and all(d.start == 0 for d in dst) and x.flags.c_contiguous:
             return x
-        xp = memory.zeros((x.shape[0], *need, x.shape[3]), x.dtype)
-        xp[:, dst[0], dst[1]] = x[:, src[0], src[1]]
+        # only the border zeroed: X's copy fills the rest (120x120x96 pad 1, alone: 0.52 -> 0.22-0.27 ms)
+        xp = memory.empty((x.shape[0], *need, x.shape[3]), x.dtype)
+        rows, cols = dst
+        xp[:, :rows.start] = 0
+        xp[:, rows.stop:] = 0
+        xp[:, rows, :cols.start] = 0
+        xp[:, rows, cols.stop:] = 0
+        xp[:, rows, cols] = x[:, src[0], src[1]]
         return xp
 
     def _im2col(self, xp, w, strides, out):
@@ -244,42 +249,24 @@ class ConvNHWC:
         y = blas.matmul(cols.reshape(-1, kh * kw * c), self.weights(w))
         return y.reshape(n, *out, w.shape[0])
 
-    def _strips(self, x, w, b, out, plan):
-        """Y (N, Ho, Wo, M) of a stride-1 Conv by strips (module doc), B summed by the product."""
+    def _strips(self, x, w, out, plan):
+        """Y (N, Ho, Wo, M) of a stride-1 Conv by strips (module doc), B left to the caller."""
         n, c = x.shape[0], x.shape[3]
         m, _, kh, kw = w.shape
         oh, ow = out
-        _, _, _, need, dst, src, _, columns = plan
-        hp = need[0]
+        _, _, _, need, dst, src, _, _ = plan
         k = kw * c
-        s = memory.empty((n, hp, ow, k + 1), x.dtype)
-        taps = s[..., :k].reshape(n, hp, ow, kw, c)
-        taps[:, :dst[0].start] = 0                   # padded rows no window row of X fills
-        taps[:, dst[0].stop:] = 0
-        inside = taps[:, dst[0]]
-        rows = x[:, src[0]]
-        for dj, (lo, hi, x0) in enumerate(columns):     # tap column dj of output columns lo:hi reads X from x0
-            inside[:, :, :lo, dj] = 0
-            inside[:, :, hi:, dj] = 0
-            if hi > lo:
-                inside[:, :, lo:hi, dj] = rows[:, :, x0:x0 + hi - lo]
-        s[..., k] = 1
-        z = blas.matmul(s.reshape(-1, k + 1), self._strip_weights(w, b)).reshape(n, hp * ow, kh * m)
+        xp = self._padded(x, need, dst, src)
+        s = memory.empty((n, need[0], ow, k), x.dtype)
+        s0, s1, s2, s3 = xp.strides
+        np.copyto(s, strided_view(xp, s.shape, (s0, s1, s2, s3)))     # window rows: kw*C values from each column
+        z = blas.matmul(s.reshape(-1, k), self.strip_weights(w)).reshape(n, need[0] * ow, kh * m)
         pixels, step = oh * ow, ow
         y = memory.empty((n, pixels, m), x.dtype)
         np.add(z[:, :pixels, :m], z[:, step:step + pixels, m:2 * m], out=y) if kh > 1 else np.copyto(y, z[:, :, :m])
         for di in range(2, kh):
             y += z[:, di * step:di * step + pixels, di * m:(di + 1) * m]
         return y.reshape(n, oh, ow, m)
-
-    def _strip_weights(self, w, b):
-        """W (M, C, kh, kw) and B -> Ws (kw*C + 1, kh*M): kernel row di's taps in columns di*M.., a window
-        row's order (dj, c) down the rows, B in the last row of kernel row 0 (made once for the constants)."""
-        if w is self.w_const and (b is self.b_const):
-            if self.strip_weights is None:
-                self.strip_weights = _strip_weights(w, b, w.dtype)
-            return self.strip_weights
-        return _strip_weights(w, b, w.dtype)
 
     def _depthwise(self, x, w, b, strides, out, plan, epilogue):
         """Y by row parts, each an einsum then B and the epilogue on its rows; a large padded input is
@@ -479,26 +466,11 @@ def _column_phases(size, begin, s, k, out):
     return cols, regions
 
 
-def _strip_weights(w, b, dtype):
-    """ConvNHWC._strip_weights' value."""
+def strip_weights(w: np.ndarray) -> np.ndarray:
+    """W (M, C, kh, kw) -> Ws (kw*C, kh*M): kernel row di's taps in columns di*M.., a window row's order
+    (dj, c) down the rows (ConvNHWC._strips)."""
     m, c, kh, kw = w.shape
-    ws = np.zeros((kw * c + 1, kh, m), dtype)
-    ws[:-1] = w.transpose(3, 1, 2, 0).reshape(kw * c, kh, m)
-    if b is not None:
-        ws[-1, 0] = b
-    return ws.reshape(kw * c + 1, kh * m)
-
-
-def _strip_columns(kw, ow, dst, src):
-    """Per tap column dj of a stride-1 window: (lo, hi, x0): output columns lo:hi read X's columns from
-    x0 on (padded column j + dj holds X's column j + dj - dst.start + src.start within dst), the others
-    padding."""
-    columns = []
-    for dj in range(kw):
-        lo = min(ow, max(0, dst.start - dj))
-        hi = max(lo, min(ow, dst.stop - dj))
-        columns.append((lo, hi, lo + dj - dst.start + src.start))
-    return columns
+    return np.ascontiguousarray(w.transpose(3, 1, 2, 0)).reshape(kw * c, kh * m)
 
 
 def _strips_share():
