@@ -322,6 +322,21 @@ def test_concat_with_an_outside_input_leaves_the_region():
     assert s[i - 1] == T and NHWC not in s[i:]     # s leaves the region; the last Conv, alone, runs NCHW
 
 
+def test_affine_after_activation_rides_along_into_the_region():
+    # depthwise -> HardSwish -> Mul / Add of one-element constants (PP-LCNetV3) -> pointwise: the affine
+    # joins the depthwise Conv (optimize/fuse.py), which keeps it as a ConvNHWC
+    c = 16
+    nodes = [helper.make_node("Conv", ["x", "wd", "bd"], ["d"], group=c, pads=[1, 1, 1, 1]),
+             helper.make_node("HardSwish", ["d"], ["h"]), helper.make_node("Mul", ["h", "s"], ["hs"]),
+             helper.make_node("Add", ["hs", "t"], ["a"]), helper.make_node("Conv", ["a", "wp"], ["y"])]
+    inits = [init("wd", rand(c, 1, 3, 3)), init("bd", rand(c)), init("wp", rand(8, c, 1, 1)),
+             init("s", np.array([0.75], np.float32)), init("t", np.array([-0.5], np.float32))]
+    m = model(nodes, [("x", F, [2, c, 12, 10])], [("y", F, None)], inits)
+    rep, s = check(m, [rand(2, c, 12, 10)])
+    assert s == [T, NHWC, NHWC, T]
+    assert [n.split("@")[0] for n in rep.plan.infos[1].fused_from] == ["Conv", "HardSwish", "Mul", "Add"]
+
+
 def test_squeeze_excitation_pools_channels_last():
     """depthwise -> GlobalAveragePool -> 1x1 Conv, Relu -> 1x1 Conv, HardSigmoid -> Mul with the depthwise
     output -> pointwise: the pooling is the mean over H and W of the NHWC value (ReduceMean), the whole

@@ -499,6 +499,46 @@ def test_written_hard_swish_is_one_step_bit_for_bit(dtype, form):
                                                                        "Mul" if form == "mul" else "Div"]
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("steps_after, shapes", [
+    (("Mul", "Add"), ((1,), ())),                    # PP-LCNetV3's learnable affine: scale then bias
+    (("Mul",), ((1, 1, 1, 1),)),                    # a scale alone (rank 4: the output keeps its shape)
+    (("Add",), ((),)),                              # a shift alone
+    (("Mul", "Add", "swapped"), ((), (1,))),        # constants first
+])
+def test_affine_after_an_activation_joins_the_conv_bit_for_bit(dtype, steps_after, shapes):
+    """Conv -> HardSwish -> Mul by a one-element constant -> Add of one: one fused Conv step whose
+    activation then applies the Mul and the Add in place, the same float operations in the same order
+    (element for element the graph as written; inside a channels-last region: test_channels_last)."""
+    ft = F if dtype == np.float32 else TensorProto.DOUBLE
+    swapped = "swapped" in steps_after
+    ops = [o for o in steps_after if o != "swapped"]
+    vals = {"Mul": dtype(0.7311), "Add": dtype(-0.2917)}
+    nodes, inits, x = [helper.make_node("Conv", ["i", "w", "b"], ["c"]), helper.make_node("HardSwish", ["c"], ["a0"])], [], "a0"
+    for k, (op, shape) in enumerate(zip(ops, shapes)):
+        inits.append(init(f"k{k}", np.full(shape, vals[op], dtype)))
+        nodes.append(helper.make_node(op, [f"k{k}", x] if swapped else [x, f"k{k}"], [f"a{k + 1}"]))
+        x = f"a{k + 1}"
+    nodes[-1].output[0] = "y"
+    m = model(nodes, [("i", ft, [2, 3, 5, 7])], [("y", ft, None)],
+              [init("w", rand(4, 3, 1, 1, dtype=dtype)), init("b", rand(4, dtype=dtype))] + inits)
+    opt = _bit_for_bit(m, [rand(2, 3, 5, 7, dtype=dtype) * 4], [(FUSED, "Conv")])
+    assert [n.split("@")[0] for n in opt.plan.infos[0].fused_from] == ["Conv", "HardSwish", *ops]
+
+
+def test_affine_left_alone_when_read_elsewhere_or_of_another_shape():
+    # the activation's output also read by another node; a Mul by a per-channel constant (not one element)
+    base = [helper.make_node("Conv", ["i", "w"], ["c"]), helper.make_node("Relu", ["c"], ["r"])]
+    inits = [init("w", rand(4, 3, 1, 1)), init("s", np.full((1,), 0.5, np.float32)),
+             init("v", rand(1, 4, 1, 1))]
+    shared = model(base + [helper.make_node("Mul", ["r", "s"], ["y"])], [("i", F, [1, 3, 4, 4])],
+                   [("y", F, None), ("r", F, None)], inits)
+    check(shared, [rand(1, 3, 4, 4)], [(FUSED, "Conv"), "Mul"])
+    channel = model(base + [helper.make_node("Mul", ["r", "v"], ["y"])], [("i", F, [1, 3, 4, 4])],
+                    [("y", F, None)], inits)
+    check(channel, [rand(1, 3, 4, 4)], [(FUSED, "Conv"), "Mul"])
+
+
 @pytest.mark.parametrize("case", ["three-off", "six-off", "divisor-5", "other-x", "intermediate-read",
                                   "types-differ"])
 def test_written_hard_swish_left_alone(case):

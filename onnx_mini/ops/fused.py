@@ -57,8 +57,26 @@ def _clip_between(y, lo, hi) -> None:
         with_scalar(np.minimum, y, hi, out=y)
 
 
-def _activation(name: str, params):
-    """The function applying activation `name` in place on a float32/float64 (or, Relu/Clip, integer) array."""
+def _activation(name: str, params, affine=()):
+    """The function applying activation `name` in place on a float32/float64 (or, Relu/Clip, integer) array,
+    then, with affine = (scale, shift) (either None), the Mul by scale and Add of shift that followed it
+    (one-element constants of the output's type: optimize/fuse.py), as two more in-place steps."""
+    act = _plain_activation(name, params) if name else None
+    if not affine:
+        return act
+    scale, shift = affine
+
+    def then_affine(y):
+        if act is not None:
+            act(y)
+        if scale is not None:
+            np.multiply(y, y.dtype.type(scale), out=y)
+        if shift is not None:
+            np.add(y, y.dtype.type(shift), out=y)
+    return then_affine
+
+
+def _plain_activation(name: str, params):
     p = tuple(params)
     if name == "Relu":
         return lambda y: with_scalar(np.maximum, y, 0, out=y)
@@ -146,13 +164,13 @@ def _sigmoid_one(y):
     np.reciprocal(t, out=y)
 
 
-def _finisher(activation: str, params):
-    """-> finish(y, inputs): y with the activation applied, in place when y is our own buffer (checked
-    against the step's inputs; inputs None: y is known to be a fresh buffer)."""
-    if not activation:
+def _finisher(activation: str, params, affine=()):
+    """-> finish(y, inputs): y with the activation (and affine: _activation) applied, in place when y is
+    our own buffer (checked against the step's inputs; inputs None: y is known to be a fresh buffer)."""
+    if not activation and not affine:
         return None
-    act = _activation(activation, params)
-    ints_ok = activation in ("Relu", "Clip")
+    act = _activation(activation, params, affine)
+    ints_ok = activation in ("Relu", "Clip") and not affine
 
     def finish(y, inputs):
         dt = y.dtype
@@ -208,10 +226,11 @@ def _with(fn, finish):
 
 @kernel("Conv", since=1, domain=FUSED_DOMAIN, multi_output=False, heavy=True)
 def fused_conv(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None,
-               activation="", activation_params=(), shuffle=0, shuffle_dims=(), requantize="", q_version=0,
+               activation="", activation_params=(), affine=(), shuffle=0, shuffle_dims=(), requantize="", q_version=0,
                dq_version=0, codes="uint8", _constants=None, _options=None):
     """Conv, plus a residual Z (an Add / Sum folded in: in place when it keeps the output's shape), then
-    the activation in place; with shuffle = g, the channel shuffle Reshape (N, g, C/g, H, W) ->
+    the activation in place (and affine: a Mul / Add of one-element constants after it, _activation); with
+    shuffle = g, the channel shuffle Reshape (N, g, C/g, H, W) ->
     Transpose (0, 2, 1, 3, 4) -> Reshape `shuffle_dims` that followed (optimize/channel_shuffle.py).
     Inputs X, W, B, Z: a constant W and B are prepared once (nn.conv.Convolution), B in shuffle order.
     With requantize (QuantizeDequantize / LookupTable, with their attributes q_version, dq_version,
@@ -222,7 +241,7 @@ def fused_conv(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
         return _requantized(fused_conv, requantize, q_version, dq_version, codes, _constants,
                             dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape,
                                  pads=pads, strides=strides, activation=activation,
-                                 activation_params=activation_params, _options=_options))
+                                 activation_params=activation_params, affine=affine, _options=_options))
     constants = dict(_constants or {})
     b_const = b_shuffled = constants.get(2)
     if shuffle and b_const is not None:         # the shuffled product takes B in shuffle order
@@ -230,14 +249,14 @@ def fused_conv(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
     convolution = Convolution(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape,
                               pads=pads, strides=strides, constants=constants,
                               algorithm=(_options or {}).get("conv_algorithm"), shuffle=bool(shuffle))
-    act = _activation(activation, activation_params) if activation else None
+    act = _activation(activation, activation_params, affine)
 
     def run(x, w, b=None, z=None):
         y = convolution(x, w, b)
         if z is not None:
             y = _add_into(y, z, (x, w, b, z))
         return y
-    general = _with(run, _finisher(activation, activation_params))
+    general = _with(run, _finisher(activation, activation_params, affine))
 
     def activate(y, i0, i1):
         act(y)
@@ -660,8 +679,8 @@ def fused_quantize_dequantize(*, q_version, dq_version, _constants=None):
 
 @kernel("ConvNHWC", since=1, domain=FUSED_DOMAIN, multi_output=False, heavy=True, rank="first")
 def fused_conv_nhwc(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None,
-                    activation="", activation_params=(), requantize="", q_version=0, dq_version=0, codes="uint8",
-                    _constants=None, _options=None):
+                    activation="", activation_params=(), affine=(), requantize="", q_version=0, dq_version=0,
+                    codes="uint8", _constants=None, _options=None):
     """Conv on channels-last data (optimize/channels_last.py): X (N, H, W, C) and Y (N, Ho, Wo, M),
     W and B as Conv has them (a constant W prepared once in its layout: nn/conv/channels_last.py),
     then a residual Z (channels-last, as Y) and the activation, in place, as the fused Conv does. A
@@ -671,11 +690,11 @@ def fused_conv_nhwc(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=
         return _requantized(fused_conv_nhwc, requantize, q_version, dq_version, codes, _constants,
                             dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape,
                                  pads=pads, strides=strides, activation=activation,
-                                 activation_params=activation_params, _options=_options))
+                                 activation_params=activation_params, affine=affine, _options=_options))
     conv = ConvNHWC(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
                     strides=strides, constants=_constants, algorithm=(_options or {}).get("conv_algorithm"))
-    act = _activation(activation, activation_params) if activation else None
-    finish = _finisher(activation, activation_params)
+    act = _activation(activation, activation_params, affine)
+    finish = _finisher(activation, activation_params, affine)
 
     def activate(rows, i, j):
         act(rows)

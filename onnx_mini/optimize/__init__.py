@@ -50,7 +50,7 @@ from .fold_batchnorm import fold_affine_into_batchnorm, fold_affine_into_conv, f
 from .bias_through import fold_bias_through
 from .channel_shuffle import fold_channel_shuffle
 from .channels_last import run_channels_last
-from .fuse import fuse_activations, fuse_conv_add, fuse_matmul_add
+from .fuse import fuse_activations, fuse_affine_after_activation, fuse_conv_add, fuse_matmul_add
 from .identities import eliminate_identities
 from .patterns import fuse_patterns
 from .qdq_lut import fuse_qdq_lookup
@@ -115,6 +115,7 @@ def _optimize(graph, opsets, functions, outer_scope, static_inputs, passes) -> G
         fuse_conv_add(ctx)
         push_relu_into_concat(ctx)
         fuse_activations(ctx)
+        fuse_affine_after_activation(ctx)
         fold_channel_shuffle(ctx)
     if "channels_last" in passes:  # after fuse and the qdq passes: it takes their fused steps as they are
         run_channels_last(ctx)

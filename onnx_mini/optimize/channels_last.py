@@ -45,7 +45,7 @@ _CODES = (np.dtype(np.uint8), np.dtype(np.int8))
 _QLINEAR_BINARY = {"QLinearAdd", "QLinearMul"}     # com.microsoft, on codes: (A, A_s, A_zp, B, B_s, B_zp, C_s, C_zp)
 _GEOMETRY = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 _CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides", "activation",
-               "activation_params")
+               "activation_params", "affine")
 TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
 MIN_CONVS = 2           # a region's Convs, at least one depthwise (what the layout change pays for)
 

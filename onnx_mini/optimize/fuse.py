@@ -11,7 +11,9 @@
   output of a Conv, a Gemm (opset 7+), a MatMul or a fused one without an activation yet, read by that
   activation alone, is applied in place on the product's buffer;
 - an inference BatchNormalization with constant parameters followed by an activation becomes one
-  per-channel x * factor + shift step (factor and shift computed once) with the activation in place.
+  per-channel x * factor + shift step (factor and shift computed once) with the activation in place;
+- a Mul by and / or an Add of a one-element constant after a fused Conv's activation join it
+  (fuse_affine_after_activation).
 """
 from __future__ import annotations
 
@@ -169,6 +171,59 @@ def fuse_activations(ctx: Context) -> bool:
         ctx.replace([p, act], [ctx.fused_node(p, op, p.inputs, act.outputs, attrs)])
         changed = True
     return changed
+
+
+def fuse_affine_after_activation(ctx: Context) -> bool:
+    """A fused Conv with an activation whose output is read only by a Mul by a one-element constant, then
+    (or only) an Add of one (PP-LCNetV3's learnable affine after each HardSwish): both join the Conv as
+    its `affine` attribute, applied in place after the activation in the same order (ops/fused.py's
+    _activation: the same float operations). float32 / float64 constants of W's type only."""
+    changed = False
+    for conv in list(ctx.nodes):
+        if (not ctx.alive(conv) or conv.domain != FUSED_DOMAIN or conv.op_type != "Conv"
+                or not conv.attrs.get("activation") or conv.attrs.get("affine") or conv.attrs.get("shuffle")
+                or len(conv.outputs) != 1 or len(conv.inputs) < 2 or not ctx.is_constant(conv.inputs[1])):
+            continue
+        w = ctx.value(conv.inputs[1])
+        if not isinstance(w, np.ndarray) or w.dtype not in (np.float32, np.float64):
+            continue
+        scale = shift = None
+        absorbed, out = [], conv.outputs[0]
+        for op in ("Mul", "Add"):
+            readers = ctx.consumers.get(out, [])
+            if len(readers) != 1 or out in ctx.outputs:
+                break
+            r = readers[0]
+            c = _one_element_operand(ctx, r, op, out, w)
+            if c is None:
+                continue
+            if op == "Mul":
+                scale = c
+            else:
+                shift = c
+            absorbed.append(r)
+            out = r.outputs[0]
+        if not absorbed:
+            continue
+        attrs = {**conv.attrs, "affine": (scale, shift)}
+        ctx.replace([conv, *absorbed], [ctx.fused_node(conv, "Conv", conv.inputs, (out,), attrs)])
+        changed = True
+    return changed
+
+
+def _one_element_operand(ctx: Context, node, op: str, x: str, w: np.ndarray) -> float | None:
+    """The value of node's other operand when node is `op` (opset 7+: broadcasting) of x and a one-element
+    constant of W's type and rank at most W's (the output keeps x's shape), else None."""
+    if not ctx.is_op(node, op) or ctx.version(node) < 7 or len(node.inputs) != 2 or len(node.outputs) != 1:
+        return None
+    a, b = node.inputs
+    other = b if a == x else a if b == x else None
+    if other is None or other == x or not ctx.is_constant(other):
+        return None
+    c = ctx.value(other)
+    if not isinstance(c, np.ndarray) or c.size != 1 or c.dtype != w.dtype or c.ndim > w.ndim:
+        return None
+    return float(c.reshape(()))
 
 
 def _channel_affine(ctx: Context, bn):
