@@ -539,6 +539,20 @@ def test_affine_left_alone_when_read_elsewhere_or_of_another_shape():
     check(channel, [rand(1, 3, 4, 4)], [(FUSED, "Conv"), "Mul"])
 
 
+def test_written_hard_swish_after_constant_node_operands():
+    """PaddlePaddle's exporter writes its constants as Constant nodes of shape (1,): a learnable scale
+    (Mul) after the Conv, and the Add's 3. Their rank is known without running them (the optimiser's
+    Context.static_shape reads a Constant node's value), so x's rank is, and the HardSwish pattern fires:
+    one Conv step (the scale folded into W, the ClipSwish in its epilogue)."""
+    def constant(name, v):
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array(v, np.float32)))
+    nodes = [constant("s", [0.5]), constant("three1", [3.0]), helper.make_node("Conv", ["i", "w"], ["cv"]),
+             helper.make_node("Mul", ["s", "cv"], ["x"]), *_clip_swish_nodes(three="three1")]
+    m = model(nodes, [("i", F, [2, 2, 5, 7])], [("y", F, None)], [init("w", rand(3, 2, 1, 1))] + _clip_swish_inits())
+    opt = check(m, [rand(2, 2, 5, 7) * 4], [(FUSED, "Conv")])
+    assert [n.split("@")[0] for n in opt.plan.infos[0].fused_from][-4:] == ["Add", "Clip", "Mul", "Div"]
+
+
 @pytest.mark.parametrize("case", ["three-off", "six-off", "divisor-5", "other-x", "intermediate-read",
                                   "types-differ"])
 def test_written_hard_swish_left_alone(case):

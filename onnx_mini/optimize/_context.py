@@ -263,6 +263,9 @@ class Context:
         declared dims are all fixed (the run checks fed values against them)."""
         v = self._values.get(name) if name in self._values else (
             self.initializers.get(name) if name in self.initializers and name not in self.overridable else None)
+        if v is None and name in self.producer and self.producer[name].op_type == "Constant" \
+                and self.producer[name].domain in ("", "ai.onnx") and self.is_constant(name):
+            v = self.value(name)    # a Constant node's value (its attribute: cheap), e.g. a scale's (1,)
         if isinstance(v, np.ndarray):
             return v.shape
         if self.static_inputs:
