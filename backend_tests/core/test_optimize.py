@@ -96,6 +96,18 @@ def test_conv_transpose_with_groups_and_batchnorm():
     check(model(nodes, [("x", F, [1, 4, 4, 4])], [("y", F, None)], inits), [rand(1, 4, 4, 4)], ["ConvTranspose"])
 
 
+@pytest.mark.parametrize("group", [1, 2])
+def test_conv_transpose_bias_as_an_add_and_a_scale_fold_then_its_batchnorm(group):
+    # PP-OCR det's head: ConvTranspose (no B) -> Add of a (1, M, 1, 1) bias -> BatchNormalization -> Relu;
+    # here a Mul by a per-channel scale before the Add too: all fold into the ConvTranspose's W and B
+    nodes = [helper.make_node("ConvTranspose", ["x", "w"], ["c"], group=group, strides=[2, 2]),
+             helper.make_node("Mul", ["c", "s"], ["cs"]), helper.make_node("Add", ["cs", "d"], ["cb"]),
+             bn("cb", "n"), helper.make_node("Relu", ["n"], ["y"])]
+    inits = [init("w", rand(4, 6 // group, 2, 2)), init("s", rand(1, 6, 1, 1)), init("d", rand(1, 6, 1, 1))]
+    m = model(nodes, [("x", F, [1, 4, 5, 5])], [("y", F, None)], inits + bn_inits("bn", 6))
+    check(m, [rand(1, 4, 5, 5)], ["ConvTranspose", "Relu"])
+
+
 @pytest.mark.parametrize("trans_b", [0, 1])
 def test_gemm_batchnorm(trans_b):
     w = rand(5, 6) if trans_b else rand(6, 5)

@@ -105,6 +105,7 @@ def _optimize(graph, opsets, functions, outer_scope, static_inputs, passes) -> G
         fuse_qdq_pairs(ctx)
     if "fold_batchnorm" in passes:
         fold_affine_into_batchnorm(ctx)
+        fold_affine_into_conv(ctx)      # (first: a Conv's bias written as an Add before its BN)
         fold_batchnorm(ctx)
         fold_affine_into_conv(ctx)
         fold_bias_through(ctx)

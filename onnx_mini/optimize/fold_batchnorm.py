@@ -187,20 +187,27 @@ def fold_affine_into_batchnorm(ctx: Context) -> bool:
 
 
 def fold_affine_into_conv(ctx: Context) -> bool:
-    """A Conv followed by a Mul and / or an Add of per-channel (or one-element) constants of W's type: the
-    constants fold into W and B as a BatchNormalization does, W' = W * c and B' = B * c + d (PP-LCNetV3's
-    learnable affine after each Conv, as PaddleOCR's det model has: 2 x 0.4-1.4 ms over a 240x240x32 map).
-    The Conv's output (and the Mul's) must be read by the next node alone."""
+    """A Conv or ConvTranspose followed by a Mul and / or an Add of per-channel (or one-element) constants
+    of W's type: the constants fold into W and B as a BatchNormalization does, W' = W * c and B' = B * c + d
+    (PP-LCNetV3's learnable affine after each Conv, as PaddleOCR's det model has: 2 x 0.4-1.4 ms over a
+    240x240x32 map; its head's ConvTranspose bias written as an Add before a BatchNormalization, which then
+    folds too). The Conv's output (and the Mul's) must be read by the next node alone."""
     changed = False
     for conv in list(ctx.nodes):
-        if not ctx.alive(conv) or not ctx.is_op(conv, "Conv", (1, 11, 22)) or len(conv.inputs) < 2 \
-                or len(conv.outputs) != 1 or not conv.outputs[0]:
+        if not ctx.alive(conv) or len(conv.inputs) < 2 or len(conv.outputs) != 1 or not conv.outputs[0]:
+            continue
+        if ctx.is_op(conv, "Conv", (1, 11, 22)):
+            fold, out_axis = _conv, 0
+        elif ctx.is_op(conv, "ConvTranspose", (1, 11, 22)):
+            fold, out_axis = _conv_transpose, 1
+        else:
             continue
         w = _weights(ctx, conv.inputs[1])
         if w is None or w.ndim < 3:
             continue
-        c, d, after, last = _affine_after(ctx, conv, w.ndim, w.shape[0], w.dtype)
-        new = _conv(ctx, conv, c, None, None, d) if after else None
+        channels = w.shape[out_axis] * (int(conv.attrs.get("group", 1)) if out_axis else 1)
+        c, d, after, last = _affine_after(ctx, conv, w.ndim, channels, w.dtype)
+        new = fold(ctx, conv, c, None, None, d) if after else None
         if new is not None:
             ctx.replace([conv, *after], [replace(new, outputs=last.outputs)])
             changed = True
