@@ -1349,9 +1349,23 @@ def test_rank_through_residual_adds_is_walked_once_per_value(monkeypatch):
     g = loader.load(model(nodes, [("x", F, [2, 3])], [("y", F, None)])).graph
     ctx = _context.Context(g, {"": 21})
     calls = []
-    real = _context.Context._rank
-    monkeypatch.setattr(_context.Context, "_rank", lambda self, *a: calls.append(1) or real(self, *a))
+    real = _context.Context._rank_rule
+    monkeypatch.setattr(_context.Context, "_rank_rule", lambda self, *a: calls.append(1) or real(self, *a))
     assert ctx.rank(prev) == 2
     assert len(calls) <= 2 * len(nodes) + 1
     calls.clear()
     assert ctx.rank(prev) == 2 and not calls          # kept
+
+
+def test_rank_through_a_chain_deeper_than_pythons_recursion_limit():
+    """The rank walk keeps its own stack: a chain of 3000 elementwise ops (recursing, ~400 ran out of
+    Python's stack and the whole optimisation was dropped with a warning) then a written-out HardSwish,
+    which fires (its constants must not broadcast x to a larger rank: x's rank is needed)."""
+    nodes, x = [], "x"
+    for k in range(3000):
+        nodes.append(helper.make_node("Add", [x, "one"], [f"a{k}"]))
+        x = f"a{k}"
+    nodes += _clip_swish_nodes(x=x)
+    m = model(nodes, [("x", F, [2, 3])], [("y", F, None)], [const("one", [1.0])] + _clip_swish_inits())
+    opt = onnx_mini.prepare(m)          # (the module's filter turns an OptimizationWarning into an error)
+    assert steps(opt)[-1] == (FUSED, "ClipSwish") and len(steps(opt)) == 3001

@@ -277,31 +277,55 @@ class Context:
                         return tuple(t.shape)
         return None
 
-    def rank(self, name: str, _depth: int = 0) -> int | None:
+    def rank(self, name: str) -> int | None:
         """The rank of `name` when known: a static shape, a declared shape (inputs, value_info), or
         carried through the ops that keep their first input's rank (Conv: its constant weights').
         Kept per name until the graph changes: through a broadcasting op the walk visits both inputs, and
-        a network of residual Adds made it exponential (PP-OCRv4 rec: minutes)."""
-        if name in self._ranks:
-            return self._ranks[name]
-        r = self._rank(name, _depth)
-        if _depth == 0 or r is not None:    # a None met deep down may be the depth limit's: not kept
-            self._ranks[name] = r
-        return r
+        a network of residual Adds made it exponential (PP-OCRv4 rec: minutes). The walk keeps its own
+        stack: recursing, a chain of ~400 elementwise ops ran out of Python's and the whole optimisation
+        was dropped."""
+        known = self._ranks
+        if name in known:
+            return known[name]
+        stack, entered = [name], set()
+        while stack:
+            x = stack[-1]
+            if x in known:
+                stack.pop()
+                continue
+            rule, args = self._rank_rule(x)
+            if rule == "rank":
+                known[x] = args
+                stack.pop()
+                continue
+            missing = [a for a in args if a not in known]
+            if missing and x not in entered:        # its inputs first (a cycle: met again, unknown)
+                entered.add(x)
+                stack.extend(missing)
+                continue
+            ranks = [known.get(a) for a in args]
+            if rule == "first":
+                known[x] = ranks[0]
+            else:                   # broadcast (legacy broadcasting, opset < 7, also keeps the larger rank)
+                known[x] = None if None in ranks or not ranks else max(ranks)
+            stack.pop()
+        return known[name]
 
-    def _rank(self, name: str, _depth: int) -> int | None:
+    def _rank_rule(self, name: str):
+        """("rank", the rank or None) when known without other values' ranks, else ("first", [x]) or
+        ("broadcast", [inputs]): the rank of x, or the largest of the inputs' (the kernel's fact)."""
         shape = self.static_shape(name)
         if shape is not None:
-            return len(shape)
+            return "rank", len(shape)
         for vi in (*self.graph.inputs, *self.graph.outputs):
             if vi.name == name and name not in self.initializers:
-                return _declared_rank(vi)
+                return "rank", _declared_rank(vi)
         vi = self.graph.value_info.get(name)
         if vi is not None and _declared_rank(vi) is not None:
-            return _declared_rank(vi)
+            return "rank", _declared_rank(vi)
         node = self.producer.get(name)
-        if node is None or _depth > 500 or not node.inputs or node.outputs[0] != name:
-            return None
+        if node is None or not node.inputs or node.outputs[0] != name:
+            return "rank", None
         op = node.op_type if node.domain in ("", "ai.onnx", FUSED_DOMAIN) else ""
         if op in ("Conv", "ConvTranspose") and len(node.inputs) > 1:
             w = node.inputs[1]
@@ -309,20 +333,19 @@ class Context:
             if self.is_constant(w) and maker is not None and maker.op_type == "ConstantOfShape":
                 shape = self.value(maker.inputs[0])       # the weights' rank without making them
                 if isinstance(shape, np.ndarray):
-                    return shape.size
+                    return "rank", shape.size
             w = self.value(w) if self.is_constant(w) else None
             if isinstance(w, np.ndarray):
-                return w.ndim
-            return self.rank(node.inputs[0], _depth + 1)
+                return "rank", w.ndim
+            return "first", [node.inputs[0]]
         opsets = {**(node.opsets or self.opsets), FUSED_DOMAIN: 1}
         spec = resolved_kernel(node, opsets, self.functions)[0] if op else None
         rule = None if spec is None else spec.rank          # the kernel's fact (@kernel(rank=...))
         if rule == "first":
-            return self.rank(node.inputs[0], _depth + 1)
-        if rule == "broadcast":      # legacy broadcasting (opset < 7) also keeps the larger rank
-            ranks = [self.rank(x, _depth + 1) for x in node.inputs if x]
-            return None if None in ranks or not ranks else max(ranks)
-        return None
+            return "first", [node.inputs[0]]
+        if rule == "broadcast":
+            return "broadcast", [x for x in node.inputs if x]
+        return "rank", None
 
     def graph_result(self) -> Graph:
         return replace(self.graph, nodes=self.nodes, initializers=self.initializers)
