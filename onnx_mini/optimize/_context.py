@@ -284,32 +284,16 @@ class Context:
         a network of residual Adds made it exponential (PP-OCRv4 rec: minutes). The walk keeps its own
         stack: recursing, a chain of ~400 elementwise ops ran out of Python's and the whole optimisation
         was dropped."""
-        known = self._ranks
-        if name in known:
-            return known[name]
-        stack, entered = [name], set()
-        while stack:
-            x = stack[-1]
-            if x in known:
-                stack.pop()
-                continue
-            rule, args = self._rank_rule(x)
-            if rule == "rank":
-                known[x] = args
-                stack.pop()
-                continue
-            missing = [a for a in args if a not in known]
-            if missing and x not in entered:        # its inputs first (a cycle: met again, unknown)
-                entered.add(x)
-                stack.extend(missing)
-                continue
-            ranks = [known.get(a) for a in args]
-            if rule == "first":
-                known[x] = ranks[0]
-            else:                   # broadcast (legacy broadcasting, opset < 7, also keeps the larger rank)
-                known[x] = None if None in ranks or not ranks else max(ranks)
-            stack.pop()
-        return known[name]
+        return post_order_value(name, self._ranks, self._rank_inputs)
+
+    def _rank_inputs(self, name: str):
+        """post_order_value's expand for ranks: (rank, None) or (None, (inputs, combine))."""
+        rule, args = self._rank_rule(name)
+        if rule == "rank":
+            return args, None
+        if rule == "first":
+            return None, (args, lambda ranks: ranks[0])
+        return None, (args, lambda ranks: None if None in ranks or not ranks else max(ranks))
 
     def _rank_rule(self, name: str):
         """("rank", the rank or None) when known without other values' ranks, else ("first", [x]) or
@@ -349,3 +333,30 @@ class Context:
 
     def graph_result(self) -> Graph:
         return replace(self.graph, nodes=self.nodes, initializers=self.initializers)
+
+
+def post_order_value(start: str, memo: dict, expand):
+    """memo[start] for a value computed from its inputs' values, inputs first, with an explicit stack (a
+    recursion ran out of Python's on chains of a few hundred nodes). expand(x) -> (x's value, None) when
+    known alone, else (None, (inputs, combine)): combine(their values) is x's. Every value met is kept in
+    memo; an input met again while its own inputs are pending (a cycle) counts as None."""
+    stack, entered = [start], {}        # entered: x -> its rule, while its inputs are walked
+    while stack:
+        x = stack[-1]
+        if x in memo:
+            stack.pop()
+            continue
+        value, rule = (None, entered[x]) if x in entered else expand(x)
+        if rule is None:
+            memo[x] = value
+            stack.pop()
+            continue
+        inputs, combine = rule
+        pending = [i for i in inputs if i not in memo]
+        if pending and x not in entered:
+            entered[x] = rule
+            stack.extend(i for i in pending if i not in entered)
+            continue
+        memo[x] = combine([memo.get(i) for i in inputs])
+        stack.pop()
+    return memo[start]

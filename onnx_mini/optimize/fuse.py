@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._context import FUSED_DOMAIN, Context
+from ._context import FUSED_DOMAIN, Context, post_order_value
 from .fold_batchnorm import inference_bn
 
 _ACT_VERSIONS = {"Relu": (1, 6, 13, 14), "LeakyRelu": (1, 6, 16), "Sigmoid": (1, 6, 13), "Tanh": (1, 6, 13),
@@ -117,22 +117,12 @@ def fuse_conv_add(ctx: Context) -> bool:
 def _depth(ctx: Context, name: str, memo: dict[str, int]) -> int:
     """Length of the longest chain of nodes producing `name` (0 for inputs and constants; a cycle,
     which build_plan reports later, counts as 0 where it closes)."""
-    stack, entered = [name], set()
-    while stack:
-        x = stack[-1]
-        if x in memo:
-            stack.pop()
-            continue
+    def expand(x):
         node = ctx.producer.get(x)
-        if x not in entered:
-            entered.add(x)
-            pending = [] if node is None else [i for i in node.inputs if i and i not in memo and i not in entered]
-            if pending:
-                stack.extend(pending)
-                continue
-        stack.pop()
-        memo[x] = 0 if node is None else 1 + max((memo.get(i, 0) for i in node.inputs if i), default=0)
-    return memo[name]
+        if node is None:
+            return 0, None
+        return None, ([i for i in node.inputs if i], lambda ds: 1 + max((d or 0 for d in ds), default=0))
+    return post_order_value(name, memo, expand)
 
 
 def fuse_activations(ctx: Context) -> bool:
