@@ -284,32 +284,24 @@ class Context:
         a network of residual Adds made it exponential (PP-OCRv4 rec: minutes). The walk keeps its own
         stack: recursing, a chain of ~400 elementwise ops ran out of Python's and the whole optimisation
         was dropped."""
-        return post_order_value(name, self._ranks, self._rank_inputs)
-
-    def _rank_inputs(self, name: str):
-        """post_order_value's expand for ranks: (rank, None) or (None, (inputs, combine))."""
-        rule, args = self._rank_rule(name)
-        if rule == "rank":
-            return args, None
-        if rule == "first":
-            return None, (args, lambda ranks: ranks[0])
-        return None, (args, lambda ranks: None if None in ranks or not ranks else max(ranks))
+        return post_order_value(name, self._ranks, self._rank_rule)
 
     def _rank_rule(self, name: str):
-        """("rank", the rank or None) when known without other values' ranks, else ("first", [x]) or
-        ("broadcast", [inputs]): the rank of x, or the largest of the inputs' (the kernel's fact)."""
+        """post_order_value's expand for ranks: (the rank or None, None) when known without other values'
+        ranks, else (None, (inputs, combine)): the first input's rank, or the largest of the inputs'
+        (the kernel's fact)."""
         shape = self.static_shape(name)
         if shape is not None:
-            return "rank", len(shape)
+            return len(shape), None
         for vi in (*self.graph.inputs, *self.graph.outputs):
             if vi.name == name and name not in self.initializers:
-                return "rank", _declared_rank(vi)
+                return _declared_rank(vi), None
         vi = self.graph.value_info.get(name)
         if vi is not None and _declared_rank(vi) is not None:
-            return "rank", _declared_rank(vi)
+            return _declared_rank(vi), None
         node = self.producer.get(name)
         if node is None or not node.inputs or node.outputs[0] != name:
-            return "rank", None
+            return None, None
         op = node.op_type if node.domain in ("", "ai.onnx", FUSED_DOMAIN) else ""
         if op in ("Conv", "ConvTranspose") and len(node.inputs) > 1:
             w = node.inputs[1]
@@ -317,22 +309,30 @@ class Context:
             if self.is_constant(w) and maker is not None and maker.op_type == "ConstantOfShape":
                 shape = self.value(maker.inputs[0])       # the weights' rank without making them
                 if isinstance(shape, np.ndarray):
-                    return "rank", shape.size
+                    return shape.size, None
             w = self.value(w) if self.is_constant(w) else None
             if isinstance(w, np.ndarray):
-                return "rank", w.ndim
-            return "first", [node.inputs[0]]
+                return w.ndim, None
+            return None, ([node.inputs[0]], _first)
         opsets = {**(node.opsets or self.opsets), FUSED_DOMAIN: 1}
         spec = resolved_kernel(node, opsets, self.functions)[0] if op else None
         rule = None if spec is None else spec.rank          # the kernel's fact (@kernel(rank=...))
         if rule == "first":
-            return "first", [node.inputs[0]]
-        if rule == "broadcast":
-            return "broadcast", [x for x in node.inputs if x]
-        return "rank", None
+            return None, ([node.inputs[0]], _first)
+        if rule == "broadcast":      # legacy broadcasting (opset < 7) also keeps the larger rank
+            return None, ([x for x in node.inputs if x], _largest)
+        return None, None
 
     def graph_result(self) -> Graph:
         return replace(self.graph, nodes=self.nodes, initializers=self.initializers)
+
+
+def _first(ranks):
+    return ranks[0]
+
+
+def _largest(ranks):
+    return None if None in ranks or not ranks else max(ranks)
 
 
 def post_order_value(start: str, memo: dict, expand):
