@@ -1,6 +1,6 @@
 """The channels-last Conv (ops/fused.py's ConvNHWC, ops/nn/conv/channels_last.py) against a direct loop
 over the taps written here from Conv's spec: every path (pointwise, depthwise stride 1 / strided narrow /
-strided wide, im2col, the NCHW fallback), strips, strides, pads (asymmetric too), bias or none, activations,
+strided wide, im2col, the NCHW fallback), strips, short maps' valid kernel rows, strides, pads (asymmetric too), bias or none, activations,
 a residual, infinities and NaN, float64, fed weights."""
 from __future__ import annotations
 
@@ -59,8 +59,12 @@ CASES = [   # (C, M, group, k, strides, pads, H, W): the path each one takes
     (16, 8, 1, 3, (1, 1), (1, 1, 1, 1), 16, 17),        # strips: 3x3, 272 output pixels, M <= kw*C / 2
     (8, 4, 1, 5, (1, 1), (2, 0, 1, 3), 19, 20),         # strips 5x5, asymmetric pads (tap columns cut both sides)
     (6, 2, 1, 3, (1, 1), (0, 4, 0, 0), 18, 15),         # strips, a left pad wider than the kernel
+    (8, 8, 8, 5, (1, 1), (2, 2, 2, 2), 2, 30),          # depthwise 5x5 on 2 rows: the valid kernel rows only
+    (6, 6, 6, 5, (1, 1), (2, 2, 2, 2), 3, 20),          # ... 3 rows (two thirds of the kernel rows valid)
+    (3, 3, 3, 3, (1, 1), (0, 1, 3, 1), 2, 9),           # ... padding below only: the last row reads none
 ]
 STRIPS = (14, 15, 16)
+VALID_ROWS = (17, 18, 19)
 
 
 @pytest.mark.parametrize("c, m, group, k, strides, pads, h, wd", CASES)
@@ -80,6 +84,20 @@ def test_stride_one_conv_of_enough_channels_takes_strips(case):
     conv = channels_last.ConvNHWC(kernel_shape=[k, k], pads=list(pads), constants={1: w})
     y = conv(nhwc(data((1, c, h, wd), 1)), w)
     assert conv.algorithms == {(1, h, wd, c): "nhwc-strips"} and y.shape[3] == m
+
+
+@pytest.mark.parametrize("case", VALID_ROWS)
+def test_short_maps_sum_the_kernel_rows_reading_x_only(case):
+    # each output row's einsum over the kernel rows that read X (the others read padding alone), with a
+    # constant finite W; an infinite W (test_infinities_...) sums every row, its 0 * inf = NaN kept
+    c, m, group, k, strides, pads, h, wd = CASES[case]
+    w = data((m, 1, k, k), 2)
+    conv = channels_last.ConvNHWC(kernel_shape=[k, k], pads=list(pads), group=group, constants={1: w})
+    assert conv.plan(((1, h, wd, c), w.shape))[8] is not None
+    w_inf = w.copy()
+    w_inf[0, 0, 0, 0] = np.inf
+    assert channels_last.ConvNHWC(kernel_shape=[k, k], pads=list(pads), group=group,
+                                  constants={1: w_inf}).plan(((1, h, wd, c), w.shape))[8] is None
 
 
 def test_wide_strided_depthwise_takes_phases_and_narrow_takes_windows():
@@ -137,7 +155,7 @@ def test_products_finish_by_blocks_of_rows_as_whole(monkeypatch, case):
     np.testing.assert_allclose(whole, y * np.clip(y / 6 + 0.5, 0, 1), rtol=1e-5, atol=2e-4)
 
 
-@pytest.mark.parametrize("case", [0, 3, 5, 6, 7, 8, 12, 13, *STRIPS])
+@pytest.mark.parametrize("case", [0, 3, 5, 6, 7, 8, 12, 13, *STRIPS, *VALID_ROWS])
 def test_infinities_and_nan_propagate_as_the_sums_do(case):
     c, m, group, k, strides, pads, h, wd = CASES[case]
     x = data((1, c, h, wd), 11)

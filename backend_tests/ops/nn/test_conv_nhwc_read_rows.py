@@ -90,7 +90,7 @@ def padded_by_hand(x, k, strides, pads, out):
 def test_read_rows_writes_x_zero_padded(c, k, strides, pads, h, wd):
     x = nhwc(data((1, c, h, wd), 4))
     conv = channels_last.ConvNHWC(group=c, kernel_shape=[k, k], strides=list(strides), pads=list(pads))
-    kind, _, out, need, dst, src, phases, pieces = conv.plan((x.shape, (c, 1, k, k)))
+    kind, _, out, need, dst, src, phases, pieces, _ = conv.plan((x.shape, (c, 1, k, k)))
     assert kind == "depthwise"
     whole, by_phase = padded_by_hand(x, k, strides, pads, out)
     phased = strides[1] > 1 and out[1] > channels_last.DW_WINDOWS_MAX_WIDTH

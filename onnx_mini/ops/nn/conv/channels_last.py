@@ -34,7 +34,7 @@ import numpy as np
 
 from .... import blas, memory, parallel
 from ..._common import by_shape, prepack
-from .._common import geometry, read_extent, read_region, strided_view
+from .._common import finite, geometry, read_extent, read_region, strided_view
 from . import thresholds
 from .run import Convolution
 
@@ -94,6 +94,8 @@ class ConvNHWC:
         self.b_const = constants.get(2)
         self.rows = {}          # Wo -> the constant B tiled along an output row
         self.strip_weights = prepack(strip_weights, constants, (1,))
+        # a constant W without infinities or NaN: its taps over padding alone may be skipped (0 * W adds 0)
+        self.taps_finite = self.w_const is not None and group != 1 and finite(self.w_const)
         # per thread: plan key -> (zero-padded input buffer, where X goes in it, its windows): a small
         # single-part depthwise call copies X's interior only (see _depthwise_small)
         self.scratch = threading.local()
@@ -135,7 +137,11 @@ class ConvNHWC:
             pieces = _row_pieces(phases, strides[1]) if phased else _row_pieces(None, 1, need[1], dst[1], src[1])
         if len(self.algorithms) < thresholds.LAYOUTS:
             self.algorithms[tuple(xs)] = f"nhwc-{kind}" + ("-phases" if phased else "")
-        return kind, strides, out, need, dst, src, phases, pieces
+        # a short map (a text line's 2-3 rows under a 5x5 kernel): each output row's einsum over the kernel
+        # rows that read X only, the others reading padding alone (constant finite W: _einsum_rows)
+        valid = (_valid_rows(dst[0], strides[0], kh, out[0])
+                 if kind == "depthwise" and strides[1] == 1 and self.taps_finite else None)
+        return kind, strides, out, need, dst, src, phases, pieces, valid
 
     def output_shape(self, x, w):
         """Y's shape for these inputs when the channels-last algorithms run (None: the NCHW path)."""
@@ -153,7 +159,7 @@ class ConvNHWC:
         plan = self.plan((x.shape, w.shape))
         if plan is None:
             return _finished(self._nchw(x, w, b), epilogue)
-        kind, strides, out, need, dst, src, _, pieces = plan
+        kind, strides, out, need, dst, src, _, pieces, _ = plan
         n, c, m = x.shape[0], x.shape[3], w.shape[0]
         if kind == "pointwise":
             # by row blocks of 256 KB-1 MB each finished in cache: slower (each product pays its own
@@ -254,7 +260,7 @@ class ConvNHWC:
         n, c = x.shape[0], x.shape[3]
         m, _, kh, kw = w.shape
         oh, ow = out
-        _, _, _, need, dst, src, _, _ = plan
+        _, _, _, need, dst, src, _, _, _ = plan
         k = kw * c
         xp = self._padded(x, need, dst, src)
         s = memory.empty((n, need[0], ow, k), x.dtype)
@@ -274,7 +280,7 @@ class ConvNHWC:
         n, c = x.shape[0], x.shape[3]
         kh, kw = w.shape[2:]
         oh, ow = out
-        _, _, _, need, dst, src, _, pieces = plan
+        _, _, _, need, dst, src, _, pieces, valid = plan
         taps = self.weights(w)
         macs = n * ow * c * kh * kw
         min_rows = max(1, thresholds.DW_MIN_PART_MACS // max(1, macs))
@@ -292,7 +298,10 @@ class ConvNHWC:
         def part(r0, r1):
             if by_rows:
                 _read_rows(xp, x, dst[0], src[0], r0 * strides[0], (r1 - 1) * strides[0] + kh, pieces)
-            np.einsum(subscripts, windows[:, r0:r1], wt, out=rows[:, r0:r1])
+            if valid is not None and w is self.w_const:
+                _einsum_rows(windows, wt, rows, valid, r0, r1)
+            else:
+                np.einsum(subscripts, windows[:, r0:r1], wt, out=rows[:, r0:r1])
             self._finish_rows(y, b, epilogue, r0, r1)
         parallel.split(part, oh, min_rows)
         return y
@@ -307,7 +316,7 @@ class ConvNHWC:
         n, c = x.shape[0], x.shape[3]
         kh, kw = w.shape[2:]
         oh, ow = out
-        _, _, _, need, dst, src, _, _ = plan
+        _, _, _, need, dst, src, _, _, valid = plan
         kept = self.scratch.__dict__
         key = (x.shape, x.dtype, w.shape)
         entry = kept.get(key)
@@ -320,8 +329,11 @@ class ConvNHWC:
         inside, source, windows, subscripts, tiled = entry
         np.copyto(inside, x[source])
         y = memory.empty((n, oh, ow, c), x.dtype)
-        np.einsum(subscripts, windows, self._tiled(taps, w, ow) if tiled else taps,
-                  out=y.reshape(n, oh, ow * c) if tiled else y)
+        if valid is not None and w is self.w_const:
+            _einsum_rows(windows, self._tiled(taps, w, ow), y.reshape(n, oh, ow * c), valid, 0, oh)
+        else:
+            np.einsum(subscripts, windows, self._tiled(taps, w, ow) if tiled else taps,
+                      out=y.reshape(n, oh, ow * c) if tiled else y)
         self._finish_rows(y, b, epilogue, 0, oh)
         return y
 
@@ -338,7 +350,7 @@ class ConvNHWC:
         kh, kw = w.shape[2:]
         oh, ow = out
         sh, sw = strides
-        _, _, _, need, dst, src, (cols, regions), pieces = plan
+        _, _, _, need, dst, src, (cols, regions), pieces, _ = plan
         by_rows = _by_rows(x, need, c)
         if by_rows:     # every element the windows read is written by _read_rows
             xp = memory.empty((n, need[0], sw, cols, c), x.dtype)
@@ -476,3 +488,24 @@ def strip_weights(w: np.ndarray) -> np.ndarray:
 def _strips_share():
     """select's strips bound on M / (kw*C) for this run (lower when it splits its products)."""
     return thresholds.STRIPS_MAX_OUTPUT_SHARE_SPLITTING if blas.splitting() else thresholds.STRIPS_MAX_OUTPUT_SHARE
+
+
+def _valid_rows(rows_in, stride, kh, oh):
+    """Per output row i, the kernel rows [lo, hi) reading X (padded rows rows_in.start..stop-1 hold it;
+    row i reads padded rows i*stride + di), or None when they are more than
+    thresholds.DW_VALID_ROWS_MAX_SHARE of all (one einsum over every row is then the faster)."""
+    spans = [(max(0, rows_in.start - i * stride), min(kh, rows_in.stop - i * stride)) for i in range(oh)]
+    spans = [(lo, max(lo, hi)) for lo, hi in spans]
+    used = sum(hi - lo for lo, hi in spans)
+    return spans if used <= thresholds.DW_VALID_ROWS_MAX_SHARE * oh * kh else None
+
+
+def _einsum_rows(windows, wt, rows, valid, r0, r1):
+    """Output rows r0..r1-1 of the tiled depthwise einsum, each over its valid kernel rows only (the
+    others multiply padding: zeros, and W is finite); a row reading no X at all is zero."""
+    for i in range(r0, r1):
+        lo, hi = valid[i]
+        if hi > lo:
+            np.einsum("nabr,abr->nr", windows[:, i, lo:hi], wt[lo:hi], out=rows[:, i])
+        else:
+            rows[:, i] = 0

@@ -96,6 +96,10 @@ IM2COL_BANDS_MIN_BYTES = 4 << 20         # "split" runs: one group's columns fro
                                          # 9.4 MB: 2.8 -> 2.2 ms; 32x64x64 -> 32, 4.7 MB: 2.4 -> 2.2; 2.4 MB: a tie)
 IM2COL_BAND_BYTES = 576 << 10            # ... of about this many bytes of columns (16x128x128 -> 16: 576 KB 0.77 of
                                          # the time, 1.15 MB 0.88; the L2 cache holds 1 MB)
+DW_VALID_ROWS_MAX_SHARE = 0.7           # ConvNHWC depthwise at stride 1 along the width: each output row's einsum over
+                                         # its kernel rows reading X alone when they are at most this share of all
+                                         # (5x5 pad 2, einsums alone: 2x96x200 170 -> 90 us (share 0.4), 3x96x88
+                                         # 126 -> 92 and 3x96x104 156 -> 126 (0.67); 6x96x32 116 -> 140 (0.8): lost)
 FINISH_BLOCK_BYTES = 512 << 10          # ConvNHWC's products: B and the epilogue by blocks of output rows of about this
                                          # size while in cache ([121600, 16] x [16, 32] + B + ClipSwish, numpy alone:
                                          # whole 17.1 ms, blocks of 311 KB 7.8-8.7, 622 KB 7.4-8.1, 1.2 MB 7.5-7.6)
