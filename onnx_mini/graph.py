@@ -42,7 +42,7 @@ class Node:
     attrs: dict[str, Any]
     index: int = 0              # position in the file, for a stable sort and messages
     captures: tuple[str, ...] = ()  # outer-scope values its subgraph attributes read
-    opsets: dict[str, int] | None = None  # set on nodes inlined from a function body
+    opsets: dict[str, int] | None = None  # set on nodes inlined from a function body (or a pass pinning a version)
     fused_from: tuple[str, ...] = ()  # the written nodes an optimiser rewrite merged into this one (profile)
 
 

@@ -175,7 +175,7 @@ def fold_affine_into_batchnorm(ctx: Context) -> bool:
         if rank is None or rank < 2:
             continue
         scale, bias = (p.astype(np.float64) for p in params)
-        c, d, after, last = _affine_after(ctx, bn, rank, len(scale))
+        c, d, after, last = affine_after(ctx, bn, rank, len(scale))
         if not after:
             continue
         s_name = ctx.add_initializer(bn.inputs[1], (scale * c).astype(params[0].dtype))
@@ -206,7 +206,7 @@ def fold_affine_into_conv(ctx: Context) -> bool:
         if w is None or w.ndim < 3:
             continue
         channels = w.shape[out_axis] * (int(conv.attrs.get("group", 1)) if out_axis else 1)
-        c, d, after, last = _affine_after(ctx, conv, w.ndim, channels, w.dtype)
+        c, d, after, last = affine_after(ctx, conv, w.ndim, channels, w.dtype)
         new = fold(ctx, conv, c, None, None, d) if after else None
         if new is not None:
             ctx.replace([conv, *after], [replace(new, outputs=last.outputs)])
@@ -214,7 +214,7 @@ def fold_affine_into_conv(ctx: Context) -> bool:
     return changed
 
 
-def _affine_after(ctx: Context, node, rank: int, channels: int, dtype=None):
+def affine_after(ctx: Context, node, rank: int, channels: int, dtype=None):
     """The Mul and / or Add of per-channel constants (of `dtype` when given) that read `node`'s output, in
     that order, each value read by the next node alone -> (c, d, those nodes, the last node): their
     y * c + d, c and d float64 (channels,) vectors (ones and zeros without them)."""
@@ -223,13 +223,19 @@ def _affine_after(ctx: Context, node, rank: int, channels: int, dtype=None):
         user = ctx.single_user(last.outputs[0]) if last.outputs[0] else None
         if not ctx.is_op(user, op, (7, 13, 14)):
             continue
-        v = _per_channel(ctx, _other_input(user, last.outputs[0]), rank, channels, dtype)
+        v = channel_operand(ctx, user, last.outputs[0], rank, channels, dtype)
         if v is None:
             break
         c, d = (c * v, d * v) if op == "Mul" else (c, d + v)
         after.append(user)
         last = user
     return c, d, after, last
+
+
+def channel_operand(ctx: Context, node, x: str, rank: int, channels: int, dtype=None):
+    """The other operand of the binary `node` reading x, when it is a constant along axis 1 only of a
+    rank-`rank` value (_per_channel: a (channels,) float64 vector, one element with channels 1), else None."""
+    return _per_channel(ctx, _other_input(node, x), rank, channels, dtype)
 
 
 def _other_input(node, name: str) -> str:

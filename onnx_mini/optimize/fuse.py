@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._context import FUSED_DOMAIN, Context, post_order_value
-from .fold_batchnorm import inference_bn
+from .fold_batchnorm import affine_after, channel_operand, inference_bn
 
 _ACT_VERSIONS = {"Relu": (1, 6, 13, 14), "LeakyRelu": (1, 6, 16), "Sigmoid": (1, 6, 13), "Tanh": (1, 6, 13),
                  "HardSigmoid": (1, 6, 22), "HardSwish": (14, 22), "Clip": (1, 6, 11, 12, 13)}
@@ -177,43 +177,19 @@ def fuse_affine_after_activation(ctx: Context) -> bool:
         w = ctx.value(conv.inputs[1])
         if not isinstance(w, np.ndarray) or w.dtype not in (np.float32, np.float64):
             continue
-        scale = shift = None
-        absorbed, out = [], conv.outputs[0]
-        for op in ("Mul", "Add"):
-            readers = ctx.consumers.get(out, [])
-            if len(readers) != 1 or out in ctx.outputs:
-                break
-            r = readers[0]
-            c = _one_element_operand(ctx, r, op, out, w)
-            if c is None:
-                continue
-            if op == "Mul":
-                scale = c
-            else:
-                shift = c
-            absorbed.append(r)
-            out = r.outputs[0]
+        # fold_batchnorm's walk, one element (channels 1); the constants kept apart, in their order, as the
+        # steps apply them (c and d combined in float64 would lose a shift of -0.0)
+        _, _, absorbed, last = affine_after(ctx, conv, w.ndim, 1, w.dtype)
+        steps, x = {}, conv.outputs[0]
+        for node in absorbed:
+            steps[node.op_type] = float(channel_operand(ctx, node, x, w.ndim, 1, w.dtype)[0])
+            x = node.outputs[0]
         if not absorbed:
             continue
-        attrs = {**conv.attrs, "affine": (scale, shift)}
-        ctx.replace([conv, *absorbed], [ctx.fused_node(conv, "Conv", conv.inputs, (out,), attrs)])
+        attrs = {**conv.attrs, "affine": (steps.get("Mul"), steps.get("Add"))}
+        ctx.replace([conv, *absorbed], [ctx.fused_node(conv, "Conv", conv.inputs, last.outputs, attrs)])
         changed = True
     return changed
-
-
-def _one_element_operand(ctx: Context, node, op: str, x: str, w: np.ndarray) -> float | None:
-    """The value of node's other operand when node is `op` (opset 7+: broadcasting) of x and a one-element
-    constant of W's type and rank at most W's (the output keeps x's shape), else None."""
-    if not ctx.is_op(node, op) or ctx.version(node) < 7 or len(node.inputs) != 2 or len(node.outputs) != 1:
-        return None
-    a, b = node.inputs
-    other = b if a == x else a if b == x else None
-    if other is None or other == x or not ctx.is_constant(other):
-        return None
-    c = ctx.value(other)
-    if not isinstance(c, np.ndarray) or c.size != 1 or c.dtype != w.dtype or c.ndim > w.ndim:
-        return None
-    return float(c.reshape(()))
 
 
 def _channel_affine(ctx: Context, bn):

@@ -35,7 +35,7 @@ import numpy as np
 from .... import blas, memory, parallel
 from ..._common import by_shape, prepack
 from .._common import finite, geometry, read_extent, read_region, strided_view
-from . import thresholds
+from . import strips, thresholds
 from .run import Convolution
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -125,9 +125,8 @@ class ConvNHWC:
             return None
         if kind == "im2col" and kh == kw == 1 and strides == [1, 1] and not any(begin) and not any(end):
             kind = "pointwise"
-        elif (kind == "im2col" and strides == [1, 1] and out[0] * out[1] >= thresholds.STRIPS_MIN_PIXELS
-              and m <= thresholds.STRIPS_MAX_OUTPUT_SHARE * kw * c):
-            kind = "strips"     # (the share under splitting is checked per call: _strips_share)
+        elif kind == "im2col" and strides == [1, 1] and strips.pays(out[0] * out[1], m, kw, c, False):
+            kind = "strips"     # (in a run that splits its products, checked again per call)
         need = [read_extent(o, s, k, 1) for o, s, k in zip(out, strides, (kh, kw))]
         dst, src = read_region((h, wd), begin, need)
         phases = _column_phases(wd, begin[1], strides[1], kw, out[1]) if kind == "depthwise" else None
@@ -169,7 +168,7 @@ class ConvNHWC:
             return self._depthwise_phased(x, w, b, strides, out, plan, epilogue)
         elif kind == "depthwise":
             return self._depthwise(x, w, b, strides, out, plan, epilogue)
-        elif kind == "strips" and m <= _strips_share() * w.shape[3] * c:
+        elif kind == "strips" and strips.pays(out[0] * out[1], m, w.shape[3], c, blas.splitting()):
             self.algorithms[x.shape] = "nhwc-strips"
             y = self._strips(x, w, out, plan)
         else:
@@ -484,10 +483,6 @@ def strip_weights(w: np.ndarray) -> np.ndarray:
     m, c, kh, kw = w.shape
     return np.ascontiguousarray(w.transpose(3, 1, 2, 0)).reshape(kw * c, kh * m)
 
-
-def _strips_share():
-    """select's strips bound on M / (kw*C) for this run (lower when it splits its products)."""
-    return thresholds.STRIPS_MAX_OUTPUT_SHARE_SPLITTING if blas.splitting() else thresholds.STRIPS_MAX_OUTPUT_SHARE
 
 
 def _valid_rows(rows_in, stride, kh, oh):

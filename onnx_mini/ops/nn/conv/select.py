@@ -113,8 +113,7 @@ def select(x_shape, w_shape, dtype, *, group: int, kernel, strides, dilations, b
     if (applies("winograd") and c >= thresholds.WINOGRAD_MIN_CHANNELS and m >= thresholds.WINOGRAD_MIN_CHANNELS
             and pixels >= thresholds.WINOGRAD_MIN_PIXELS):
         return "winograd"
-    share = thresholds.STRIPS_MAX_OUTPUT_SHARE_SPLITTING if splitting else thresholds.STRIPS_MAX_OUTPUT_SHARE
-    if applies("strips") and pixels >= thresholds.STRIPS_MIN_PIXELS and m <= share * kernel[1] * c:
+    if applies("strips") and strips.pays(pixels, m, kernel[1], c, splitting):
         return "strips"
     if stride_1 and group == 1 and (thresholds.SHIFT_WHEN_SPLITTING or not splitting) and (
             (m < c and pixels >= thresholds.SHIFT_MIN_PIXELS)

@@ -25,6 +25,15 @@ from __future__ import annotations
 import numpy as np
 
 from .... import blas, memory
+from . import thresholds
+
+
+def pays(pixels: int, m: int, kw: int, c: int, splitting: bool) -> bool:
+    """Whether strips beat the other forms for this one-group stride-1 Conv (select's choice, and the
+    channels-last kernel's): enough output pixels, and M small against kw*C (Z is kh times Y; lower in
+    a run that splits its products). thresholds.STRIPS_*."""
+    share = thresholds.STRIPS_MAX_OUTPUT_SHARE_SPLITTING if splitting else thresholds.STRIPS_MAX_OUTPUT_SHARE
+    return pixels >= thresholds.STRIPS_MIN_PIXELS and m <= share * kw * c
 
 
 def applies(group: int, kernel, strides) -> bool:
