@@ -234,6 +234,45 @@ def test_clip(op):
     assert np.abs(clipped[1] - unclipped[1]).max() > 1e-2
 
 
+def _gate_tail_inputs(op, T, nb, pre, H=64):
+    """Inputs whose gates all see the pre-activation `pre` and whose candidate sees 0 (W, R zero, the bias
+    alone): LSTM's c = f * c0 (its candidate is tanh(0) = 0), GRU's h = z * h0 (ht = tanh(0) = 0)."""
+    G, rng = GATES[op], np.random.default_rng(3)
+    wb = np.full((1, G * H), pre, np.float32)
+    wb[0, (3 if op == "LSTM" else 2) * H:(4 if op == "LSTM" else 3) * H] = 0     # the candidate's rows
+    ins = [rng.uniform(-1, 1, (T, nb, 5)).astype(np.float32), np.zeros((1, G * H, 5), np.float32),
+           np.zeros((1, G * H, H), np.float32), np.concatenate([wb, np.zeros_like(wb)], axis=1), None,
+           rng.uniform(0.5, 1, (1, nb, H)).astype(np.float32)]
+    return ins + [rng.uniform(0.5, 1, (1, nb, H)).astype(np.float32), None] if op == "LSTM" else ins
+
+
+@pytest.mark.parametrize("pre", [-20.0, -100.0, 100.0])
+@pytest.mark.parametrize("T,nb", [(1, 1), (3, 1), (3, 4)])      # one step, the row form's loop, the column form
+@pytest.mark.parametrize("op,spec_form", [("GRU", False), ("LSTM", False), ("LSTM", True)])
+def test_saturated_sigmoid_gates(op, spec_form, T, nb, pre):
+    """A sigmoid gate far into its tail keeps its relative precision (sigmoid(-20) = 2.06e-9: a form
+    through tanh(x / 2) rounds it to 0), and exp(-x)'s overflow below -88.7 gives 0 without a warning;
+    in the tuned form and in the spec's (zero peepholes take it)."""
+    import warnings
+
+    ins = _gate_tail_inputs(op, T, nb, pre)
+    if spec_form:
+        ins[7] = np.zeros((1, 3 * 64), np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = run_node(op, 14, ins, n_outputs=3 if op == "LSTM" else 2, hidden_size=64)
+    s = 1 / (1 + np.exp(-pre))                      # float64; exp(100) is finite there
+    if op == "LSTM":       # c_t = s^t c0, h_t = s tanh(c_t)
+        c = ins[6][0].astype(np.float64) * s ** np.arange(1, T + 1)[:, None, None]
+        want_h, want_c = s * np.tanh(c[-1]), c[-1]
+        np.testing.assert_allclose(got[2][0], want_c, rtol=1e-5, atol=1e-40)
+    else:                  # h_t = s^t h0
+        want_h = ins[5][0].astype(np.float64) * s ** T
+    np.testing.assert_allclose(got[1][0], want_h, rtol=1e-5, atol=1e-40)
+    if pre == -20.0 and T == 1:
+        assert (got[1] > 0).all()
+
+
 ACTS = ["Relu", "Tanh", "Sigmoid", "Affine", "LeakyRelu", "ThresholdedRelu", "ScaledTanh", "HardSigmoid",
         "Elu", "Softsign", "Softplus"]
 

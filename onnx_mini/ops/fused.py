@@ -27,7 +27,7 @@ from ..errors import InvalidValueError
 from ..registry import kernel
 from ._common import (UPCAST, as_array, broadcasts_to, clip_ufunc as _clip, fp_errors_ignored, prepack, scalar_array,
                       with_scalar)
-from .math.activations import gelu_20, swish_24
+from .math.activations import gelu_20, sigmoid_of_negated, swish_24
 from .math.matmul import gemm_11, matmul, matmul_1
 from .math.softmax import SOFTMAX_VIA_F32, along_axis, softmax
 from .nn.conv import Convolution
@@ -139,16 +139,9 @@ def _sigmoid_inplace(y):
 # the one per-call cost kept (fp_errors_ignored: ~0.4 us, np.errstate's decorator ~1.4): the
 # warning-free forms measured slower on 64 values (the Sigmoid kernel's exp(-|y|) form and its masks:
 # 5.2 against 3.8 us) or change results (t clamped to 88.7: 3e-39 instead of 0 for y below -88.7;
-# 0.5 + 0.5 tanh(y / 2): the tail). The 1 as a 0-d array of t's type: the same sum, ~0.6 us less a
-# call than a Python 1 ([1, 64]: the whole activation 4.4 -> 3.3 us, measured under load).
-@fp_errors_ignored(over="ignore")
-def _sigmoid_of_negated(t):
-    """t = -y becomes sigmoid(y) = 1 / (1 + exp(t)), in place (t float32 or float64)."""
-    np.exp(t, out=t)
-    np.add(t, _ONE[t.dtype], out=t)
-    np.reciprocal(t, out=t)
-
-
+# 0.5 + 0.5 tanh(y / 2): the tail). ([1, 64]: the whole activation 4.4 -> 3.3 us with the 1 a 0-d
+# array, measured under load.)
+_sigmoid_of_negated = fp_errors_ignored(over="ignore")(sigmoid_of_negated)
 _ONE = {dt: scalar_array(dt, 1) for dt in _INPLACE}
 
 

@@ -52,7 +52,7 @@ def _exp_linear(alpha: float, scale: float = 1.0, divisor: float | None = None):
     return float32_compute(run)
 
 
-def _sigmoid(x: np.ndarray, alpha: float = 1.0) -> np.ndarray:
+def sigmoid(x: np.ndarray, alpha: float = 1.0) -> np.ndarray:
     """sigmoid(alpha * x) as a new array: (1 if z >= 0 else e) / (1 + e), e = exp(-|z|) <= 1."""
     # 0 and 1 as 0-d arrays of the type: the same comparisons and sums, ~0.7 us a call less each
     if alpha == 1.0:
@@ -68,6 +68,19 @@ def _sigmoid(x: np.ndarray, alpha: float = 1.0) -> np.ndarray:
     e += scalar_array(e.dtype, 1)
     num /= e
     return num
+
+
+def sigmoid_of_negated(t: np.ndarray) -> None:
+    """t = -x becomes sigmoid(x) = 1 / (1 + exp(t)), in place (float32 / float64 t): three SIMD passes.
+    exp(t) is inf for t > 88.7 (float32) and 1 / (1 + inf) = 0 is the value: callers run it with the
+    overflow warning off (the fused activations, the recurrent steps). The 1 a 0-d array of t's type:
+    ~0.6 us less a call than a Python 1."""
+    np.exp(t, out=t)
+    np.add(t, _ONE[t.dtype], out=t)
+    np.reciprocal(t, out=t)
+
+
+_ONE = {np.dtype(t): scalar_array(np.dtype(t), 1) for t in (np.float32, np.float64)}
 
 
 def _unidirectional(x: np.ndarray, slope: np.ndarray) -> None:
@@ -299,7 +312,7 @@ def mish_18():
     return float32_compute(_mish)
 
 
-_sigmoid_run = float32_compute(_sigmoid)
+_sigmoid_run = float32_compute(sigmoid)
 
 
 @kernel("Sigmoid", since=1, rank="first")

@@ -31,7 +31,7 @@ class Weights(NamedTuple):
 
 def pack(W, R, B, P, *, D, G, hidden_size, order, scale, products, apart):
     """W, R, B, P (each direction's gates in the spec's order) -> Weights with the gates in `order`
-    (spec gate indices), the rows of packed gate k multiplied by scale[k] (exact: powers of two),
+    (spec gate indices), the rows of packed gate k multiplied by scale[k] (exact: -1 or powers of two),
     R split into `products` (ranges of packed gates) and the spec gate `apart` (or None) left out of
     the projection's bias (its Rb stays inside the reset product: rbh)."""
     dtype = W.dtype
@@ -86,12 +86,12 @@ class Cell(NamedTuple):
     fast: object             # fast(w, form, Bn, clip, **attrs) -> step, for the default activations
     general: object          # general(w, acts, clipper, **attrs) -> step
     fast_order: tuple        # the packed gate order of the fast form (spec gate indices)
-    fast_scale: tuple        # per packed gate: 0.5 for a sigmoid gate (computed as tanh(x/2))
+    fast_scale: tuple        # per packed gate: -1 for a sigmoid gate (computed as 1 / (1 + exp(-x)))
 
 
 RNN = Cell(1, ("Tanh",), False, fast.rnn_step, spec.rnn_step, (0,), (1,))
-GRU = Cell(3, ("Sigmoid", "Tanh"), False, fast.gru_step, spec.gru_step, (0, 1, 2), (0.5, 0.5, 1))
-LSTM = Cell(4, ("Sigmoid", "Tanh", "Tanh"), True, fast.lstm_step, spec.lstm_step, (3, 0, 2, 1), (1, 0.5, 0.5, 0.5))
+GRU = Cell(3, ("Sigmoid", "Tanh"), False, fast.gru_step, spec.gru_step, (0, 1, 2), (-1, -1, 1))
+LSTM = Cell(4, ("Sigmoid", "Tanh", "Tanh"), True, fast.lstm_step, spec.lstm_step, (3, 0, 2, 1), (1, -1, -1, -1))
 
 
 # -- the shared driver -----------------------------------------------------------------------------
@@ -283,7 +283,7 @@ def recurrent(op, cell, *, direction, layout, hidden_size, activations, activati
         h, c = initial_states(Bn, H, ct, initial_h, initial_c)
         cn = None if c is None else np.empty((Bn, H), ct)
         step = steps.take(w, Bn, False, 0)
-        step(xp, h, Y[0, 0], c, cn)
+        _step_once(step, xp, h, Y[0, 0], c, cn)
         steps.give(w, Bn, False, 0, step)
         return last_outputs(Y, Y[0, 0], cn, w)
 
@@ -368,6 +368,12 @@ class _Made:
         entry[1].append(step)
 
 
+@fast.quiet
+def _step_once(step, *args):
+    step(*args)
+
+
+@fast.quiet
 def _loop(step, xs, ys, h, cs, keep, full):
     """Run the steps over xs, the state of step t into ys[t]; cs: (c, and two buffers for the next c's)
     or None; keep [T, ...] (True where the sequence is over) or None. -> the last (h, c)."""

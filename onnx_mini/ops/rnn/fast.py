@@ -2,10 +2,13 @@
 without clip: the same values as spec.py's equations, computed in place on buffers made per run,
 before the loop; and the per-run choices of algorithm, each with what was measured.
 
-- sigmoid(x) = (tanh(x/2) + 1) / 2 (one pass fewer than 1/(1+e^-x), no overflow), the 1/2 folded into
-  the packed weights and biases of the sigmoid gates (a power of two: tanh sees x/2 exactly);
-- LSTM's gates are packed as [c i f o], so one tanh covers all four and the sigmoid's (t + 1) / 2 the
-  three last side by side;
+- sigmoid(x) = 1 / (1 + exp(-x)), the negation folded into the packed weights and biases of the
+  sigmoid gates (exact): exp, add, reciprocal (activations.sigmoid_of_negated). numpy's float32 exp
+  is SIMD and its tanh is not here (16384 values: exp 21, tanh 58 us; the sigmoid of 12288: 22
+  against 36 us for (tanh(x/2) + 1) / 2, which also loses the tail: 0 at x = -20, thousands of ulp
+  below x ~ -9; this form stays within 3 ulp). exp(-x) overflows to inf for x < -88.7 and gives 0,
+  as it should: the loops run with overflow ignored (`quiet`);
+- LSTM's gates are packed as [c i f o]: one tanh for c, the sigmoid of the three last side by side;
 - for a few rows of a wide state the product runs as R @ h^T (OpenBLAS is faster that way) and the
   whole step in that column form ([D, G*H, B] buffers), turned back once after the loop;
 - one direction steps on 2-D arrays (np.dot: the cheapest product call); two directions step together
@@ -18,6 +21,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ... import blas, parallel
+from .._common import fp_errors_ignored
+from ..math.activations import sigmoid_of_negated
 
 
 class Form(NamedTuple):
@@ -61,6 +66,12 @@ class Form(NamedTuple):
         return mm, R, RT
 
 
+def quiet(fn):
+    """fn run with numpy's overflow warning off: a sigmoid gate's exp(-x) is inf for x < -88.7 (float32),
+    and 1 / (1 + inf) = 0 is its value (one state change a loop, ~0.4 us, not one a step)."""
+    return fp_errors_ignored(over="ignore")(fn)
+
+
 def rnn_step(w, form, Bn, clip):
     mm, R, RT = form.product(w.R[0], Bn)
     col = form.col
@@ -79,11 +90,8 @@ def rnn_step(w, form, Bn, clip):
 
 
 def gru_step(w, form, Bn, clip, linear_before_reset):
-    """Packed gates z r h, z and r halved (sigmoid through tanh)."""
+    """Packed gates z r h, z and r negated (sigmoid through exp)."""
     H = w.H
-    half = _HALF[w.ct]
-    if clip is not None:
-        clip_zr = clip / 2
     col = form.col
     mm, R, RT = form.product(w.R[0], Bn)       # linear_before_reset: the three gates; else z and r
     if linear_before_reset:
@@ -96,7 +104,7 @@ def gru_step(w, form, Bn, clip, linear_before_reset):
     z, r = form.gates(zr, 0, 1), form.gates(zr, 1, 2)
     x_zr, x_h = form.rows(0, 2 * H), form.rows(2 * H, 3 * H)
     rbh = None if w.rbh is None else form.vector(w.rbh, Bn)
-    add, mul, sub, tanh = np.add, np.multiply, np.subtract, np.tanh     # closure cells (lstm_step)
+    add, mul, sub, tanh, sigmoid = np.add, np.multiply, np.subtract, np.tanh, sigmoid_of_negated
 
     def step(xt, h, hout, c, cout):
         if col:
@@ -105,10 +113,8 @@ def gru_step(w, form, Bn, clip, linear_before_reset):
             mm(h, RT, buf)
         add(zr, xt[x_zr], zr)
         if clip is not None:
-            clip_into(zr, clip_zr)
-        tanh(zr, zr)
-        mul(zr, half, zr)
-        add(zr, half, zr)                    # z, r
+            clip_into(zr, clip)
+        sigmoid(zr)                          # z, r
         if linear_before_reset:
             if rbh is not None:
                 add(hh, rbh, hh)
@@ -130,18 +136,15 @@ def gru_step(w, form, Bn, clip, linear_before_reset):
 
 
 def lstm_step(w, form, Bn, clip, input_forget=0):
-    """Packed gates c i f o, i f o halved (sigmoid through tanh): one tanh for the four (no
-    input_forget, no peepholes: those take the spec's form)."""
-    half = _HALF[w.ct]
+    """Packed gates c i f o, i f o negated (sigmoid through exp; no input_forget, no peepholes: those
+    take the spec's form)."""
     buf = form.buffer(4 * w.H, Bn)
     g, i, f, o, ifo = [form.gates(buf, k, end) for k, end in ((0, 1), (1, 2), (2, 3), (3, 4), (1, 4))]
     mm, R, RT = form.product(w.R[0], Bn)
     col = form.col
     # the ufuncs as closure cells, not np.<name> looked up per call: a step of ~10 small calls ~0.1 us a
     # call faster (whole kernel, T=200 B=1 H=64: LSTM 0.91x, GRU 0.91x; wake word's LSTM T=12 0.93x)
-    add, mul, tanh = np.add, np.multiply, np.tanh
-    if clip is not None:
-        clip_ifo = clip / 2
+    add, mul, tanh, sigmoid = np.add, np.multiply, np.tanh, sigmoid_of_negated
 
     def step(xt, h, hout, c, cout):
         if col:
@@ -150,11 +153,9 @@ def lstm_step(w, form, Bn, clip, input_forget=0):
             mm(h, RT, buf)
         add(buf, xt, buf)
         if clip is not None:
-            clip_into(g, clip)
-            clip_into(ifo, clip_ifo)
-        tanh(buf, buf)
-        mul(ifo, half, ifo)
-        add(ifo, half, ifo)                  # i, f, o
+            clip_into(buf, clip)
+        tanh(g, g)
+        sigmoid(ifo)                         # i, f, o
         mul(f, c, cout)
         mul(i, g, i)
         add(cout, i, cout)                   # c = f * c + i * g
@@ -174,16 +175,6 @@ def project(macs):
     less a call than np.matmul, as Form.product measured)."""
     mm = matmul_for(macs)
     return np.dot if mm is np.matmul else mm
-
-
-def _read_only(v):
-    v.setflags(write=False)
-    return v
-
-
-# 0.5 in each compute type: a Python float operand costs a conversion per ufunc call, a numpy scalar
-# ~0.2 us more than a 0-d array (np.add on 512 float32: 0.78 against 0.55 us)
-_HALF = {np.dtype(t): _read_only(np.array(0.5, t)) for t in (np.float32, np.float64)}
 
 
 def clip_into(x, bound):

@@ -21,16 +21,10 @@ from __future__ import annotations
 import numpy as np
 
 from ... import blas
+from ..math.activations import sigmoid     # the Sigmoid operator's: exp(-|x|), no overflow
 
 
 # -- activations -----------------------------------------------------------------------------------
-
-def _sigmoid(x):
-    t = np.tanh(x * 0.5)          # 1/(1+e^-x) without overflow for large |x|
-    t *= 0.5
-    t += 0.5
-    return t
-
 
 def _elu(x, alpha):
     return np.where(x >= 0, x, alpha * np.expm1(np.minimum(x, 0)))
@@ -40,7 +34,7 @@ def _elu(x, alpha):
 _ACTIVATIONS = {
     "relu": (lambda x, a, b: np.maximum(x, 0), None, None),
     "tanh": (lambda x, a, b: np.tanh(x), None, None),
-    "sigmoid": (lambda x, a, b: _sigmoid(x), None, None),
+    "sigmoid": (lambda x, a, b: sigmoid(x), None, None),
     "affine": (lambda x, a, b: x * a + b, 1.0, 0.0),
     "leakyrelu": (lambda x, a, b: np.where(x >= 0, x, x * a), 0.01, None),
     "thresholdedrelu": (lambda x, a, b: np.where(x >= a, x, 0).astype(x.dtype, copy=False), 1.0, None),
