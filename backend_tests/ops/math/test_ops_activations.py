@@ -42,6 +42,11 @@ def expm1(v):
     return math.expm1(v) if v < 709 else math.inf
 
 
+def gelu_tanh(v):
+    two_u = 2 * math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3)
+    return v / (1 + math.exp(-two_u)) if -two_u < 709 else math.copysign(0.0, v)
+
+
 def softplus(v):
     return max(v, 0.0) + math.log1p(math.exp(-abs(v)))
 
@@ -50,9 +55,10 @@ def softplus(v):
 FORMULAS = {
     "Celu": lambda v, alpha=1.0: max(0.0, v) + min(0.0, alpha * expm1(v / alpha)),
     "Elu": lambda v, alpha=1.0: v if v >= 0 else alpha * math.expm1(v),
-    # 0.5 * x * (1 + erf(x / sqrt(2))), written with erfc = 1 - erf so that float64 keeps the tail
+    # 0.5 * x * (1 + erf(x / sqrt(2))), written with erfc = 1 - erf so that float64 keeps the tail;
+    # 0.5 * x * (1 + tanh(u)) as x / (1 + exp(-2u)), the same function without 1 + tanh(u)'s cancellation
     "Gelu": lambda v, approximate="none": 0.5 * v * math.erfc(-v / math.sqrt(2)) if approximate == "none"
-    else 0.5 * v * (1 + math.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3))),
+    else gelu_tanh(v),
     "HardSigmoid": lambda v, alpha=f32(0.2), beta=0.5: max(0.0, min(1.0, alpha * v + beta)),
     "HardSwish": lambda v: v * max(0.0, min(1.0, v / 6 + 0.5)),
     "LeakyRelu": lambda v, alpha=f32(0.01): v if v >= 0 else alpha * v,
@@ -274,6 +280,25 @@ def test_sigmoid_softplus_mish_tails_by_hand():
     # Gelu's left tail 0.5 * x * erfc(-x / sqrt(2)) keeps its relative precision
     g = run("Gelu", 20, [np.array([-10.0, -20.0])])
     np.testing.assert_allclose(g, [-5 * math.erfc(10 / math.sqrt(2)), -10 * math.erfc(20 / math.sqrt(2))], rtol=1e-13)
+
+
+@pytest.mark.parametrize("tname", ["float", "double"])
+def test_gelu_tanh_left_tail_keeps_its_precision(tname):
+    """Against FORMULAS' quotient x / (1 + exp(-2u)) in float64, which keeps the tail where 1 + tanh(u)
+    cancels (float32: to 0 or a multiple of 2^-24 below x ~ -5); with exp(-2u) past the type's range
+    the result is -0 without a warning."""
+    xs = [-4.0, -5.5, -7.0, -9.0, -10.5] + ([-11.0, -30.0] if tname == "float" else [-25.0, -40.0])
+    x = np.array(xs, np_type(tname))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = run("Gelu", 20, [x], approximate="tanh")
+    want = [gelu_tanh(float(v)) for v in x]
+    # float32: the argument's own rounding (|2u| ~ 100 times a few ulp) bounds the relative error;
+    # relative accuracy wherever the result is a normal number (x = -10.5: -7.4e-43 in float32's
+    # subnormals, where exp(-2u) = e^99 is already past its range: -0)
+    rtol, tiny = {"float": (2e-4, 1.2e-38), "double": (1e-12, 2.3e-308)}[tname]
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=rtol, atol=tiny)
+    assert np.signbit(got[-1]) and (got[:4] < 0).all()
 
 
 @pytest.mark.parametrize("op", list(FORMULAS))

