@@ -25,9 +25,9 @@ import numpy as np
 from .. import blas, memory
 from ..errors import InvalidValueError
 from ..registry import kernel
-from ._common import (UPCAST, as_array, broadcasts_to, clip_ufunc as _clip, fp_errors_ignored, prepack, scalar_array,
+from ._common import (UPCAST, as_array, broadcasts_to, clip_ufunc as _clip, fp_errors_ignored, prepack,
                       with_scalar)
-from .math.activations import gelu_20, sigmoid_of_negated, swish_24
+from .math.activations import ONES, gelu_20, sigmoid_of_negated, swish_24
 from .math.matmul import gemm_11, matmul, matmul_1
 from .math.softmax import SOFTMAX_VIA_F32, along_axis, softmax
 from .nn.conv import Convolution
@@ -142,7 +142,6 @@ def _sigmoid_inplace(y):
 # 0.5 + 0.5 tanh(y / 2): the tail). ([1, 64]: the whole activation 4.4 -> 3.3 us with the 1 a 0-d
 # array, measured under load.)
 _sigmoid_of_negated = fp_errors_ignored(over="ignore")(sigmoid_of_negated)
-_ONE = {dt: scalar_array(dt, 1) for dt in _INPLACE}
 
 
 # numpy's in-place ufunc on a one-element array costs ~0.9 us more than writing another array (its
@@ -153,7 +152,7 @@ _ONE = {dt: scalar_array(dt, 1) for dt in _INPLACE}
 def _sigmoid_one(y):
     t = np.negative(y)
     np.exp(t, out=y)
-    np.add(y, _ONE[y.dtype], out=t)
+    np.add(y, ONES[y.dtype], out=t)
     np.reciprocal(t, out=y)
 
 

@@ -263,14 +263,17 @@ class ConvNHWC:
         k = kw * c
         xp = self._padded(x, need, dst, src)
         s = memory.empty((n, need[0], ow, k), x.dtype)
-        s0, s1, s2, s3 = xp.strides
-        np.copyto(s, strided_view(xp, s.shape, (s0, s1, s2, s3)))     # window rows: kw*C values from each column
+        np.copyto(s, strided_view(xp, s.shape, xp.strides))     # window rows: kw*C values from each column
         z = blas.matmul(s.reshape(-1, k), self.strip_weights(w)).reshape(n, need[0] * ow, kh * m)
-        pixels, step = oh * ow, ow
+        pixels = oh * ow
         y = memory.empty((n, pixels, m), x.dtype)
-        np.add(z[:, :pixels, :m], z[:, step:step + pixels, m:2 * m], out=y) if kh > 1 else np.copyto(y, z[:, :, :m])
-        for di in range(2, kh):
-            y += z[:, di * step:di * step + pixels, di * m:(di + 1) * m]
+        blocks = [z[:, di * ow:di * ow + pixels, di * m:(di + 1) * m] for di in range(kh)]   # kernel row di's sums
+        if kh == 1:
+            np.copyto(y, blocks[0])
+        else:
+            np.add(blocks[0], blocks[1], out=y)
+        for block in blocks[2:]:
+            y += block
         return y.reshape(n, oh, ow, m)
 
     def _depthwise(self, x, w, b, strides, out, plan, epilogue):
@@ -482,7 +485,6 @@ def strip_weights(w: np.ndarray) -> np.ndarray:
     (dj, c) down the rows (ConvNHWC._strips)."""
     m, c, kh, kw = w.shape
     return np.ascontiguousarray(w.transpose(3, 1, 2, 0)).reshape(kw * c, kh * m)
-
 
 
 def _valid_rows(rows_in, stride, kh, oh):
