@@ -487,3 +487,52 @@ def test_qlinear_region_with_graph_output_and_qlinear_add(monkeypatch):
     s = qcheck(m, [qx(2, 16, 9, 10)], monkeypatch)
     assert s.count(QNHWC) == 3 and s.count(T) == 3      # x in; h and z out
     assert (("com.microsoft", "QLinearAdd") in s) and ("com.microsoft", "QLinearMul") in s
+
+
+# -- ShuffleNet: grouped 1x1 Convs, the channel shuffle, the shortcut pools -----------------------------
+
+def shufflenet_units():
+    """ShuffleNet's two units: x -> grouped 1x1 (4 groups) + Relu -> channel shuffle (Reshape, Transpose,
+    Reshape) -> depthwise 3x3 -> grouped 1x1 -> Add x -> Relu -> u; then u's shortcut AveragePool 3x3 /2 and
+    its branch (grouped 1x1, depthwise 3x3 /2) joined by Concat, and a MaxPool 2x2 -> y."""
+    c, g = 16, 4
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["a"], group=g),
+             helper.make_node("Relu", ["a"], ["ar"]),
+             helper.make_node("Reshape", ["ar", "split"], ["a5"]),
+             helper.make_node("Transpose", ["a5"], ["t5"], perm=[0, 2, 1, 3, 4]),
+             helper.make_node("Reshape", ["t5", "join"], ["s"]),
+             helper.make_node("Conv", ["s", "wd"], ["d"], group=c, pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["d", "w2", "b2"], ["e"], group=g),
+             helper.make_node("Add", ["e", "x"], ["r"]),
+             helper.make_node("Relu", ["r"], ["u"]),
+             helper.make_node("AveragePool", ["u"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["u", "w3"], ["f"], group=g),
+             helper.make_node("Conv", ["f", "wq"], ["q"], group=c, pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Concat", ["q", "p"], ["cat"], axis=1),
+             helper.make_node("MaxPool", ["cat"], ["y"], kernel_shape=[2, 2], strides=[2, 2])]
+    inits = [init("w1", rand(c, c // g, 1, 1) / 2), init("b1", rand(c)), init("wd", rand(c, 1, 3, 3) / 3),
+             init("w2", rand(c, c // g, 1, 1) / 2), init("b2", rand(c)), init("w3", rand(c, c // g, 1, 1) / 2),
+             init("wq", rand(c, 1, 3, 3) / 3),
+             init("split", np.array([1, g, c // g, 8, 8], np.int64)), init("join", np.array([1, c, 8, 8], np.int64))]
+    return model(nodes, [("x", F, [1, c, 8, 8])], [("y", F, None)], inits, opset=13)
+
+
+def test_shufflenet_units_run_channels_last():
+    rep, s = check(shufflenet_units(), [rand(1, 16, 8, 8)])
+    # x enters once (the first Conv and the residual read the same copy), y leaves once; the shuffle is
+    # the first Conv's column order, the residual Add and Relu the second grouped Conv's epilogue, the pools
+    # and the Concat run on NHWC values
+    assert s.count(T) == 2 and s.count(NHWC) == 5
+    assert [op for _, op in s if op not in ("Transpose", "ConvNHWC")] == ["PoolNHWC", "Concat", "PoolNHWC"]
+    shuffled = [i for i in rep.plan.infos if i.op_type == "ConvNHWC"][0]
+    assert [n.split("@")[0] for n in shuffled.fused_from] == ["Conv", "Relu", "Reshape", "Transpose", "Reshape"]
+    grouped = [set(i.kernel.algorithms.values()) for i in rep.plan.infos if i.op_type == "ConvNHWC"]
+    assert grouped[0] == grouped[2] == grouped[3] == {"nhwc-grouped"}
+
+
+def test_grouped_conv_of_a_larger_kernel_stays_out():
+    m = shufflenet_units()
+    m.graph.node[6].attribute.append(helper.make_attribute("pads", [1, 1, 1, 1]))
+    m.graph.initializer[3].CopyFrom(init("w2", rand(16, 4, 3, 3) / 6))
+    rep, s = check(m, [rand(1, 16, 8, 8)])
+    assert (FUSED_DOMAIN, "Conv") in s      # the grouped 3x3 Conv (its residual and Relu fused) runs NCHW

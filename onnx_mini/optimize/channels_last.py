@@ -4,13 +4,15 @@ data (one einsum over the windows of a padded NHWC image) and a pointwise Conv i
 product X[N*H*W, C] @ W^T[C, M], while transposing to and from channels-last around each depthwise
 Conv cost about half of its time (benchmarks/bench_floors.py's depthwise tables).
 
-A region: Conv nodes (default domain, or the fused Conv with its activation / residual, no channel
-shuffle) of rank 4 with a constant float32 / float64 W, dilation 1, group 1 or depthwise (W (C, 1,
-kh, kw), group C), joined through layout-agnostic nodes whose data inputs all come from the region:
-unary elementwise ops, binary elementwise ops whose other operand is a one-element constant (or both
-operands region values: a residual Add), per-tensor QuantizeLinear / DequantizeLinear and the fused
-QuantizeDequantize / LookupTable / Swish / Gelu steps. A connected region holding at least two Convs
-of which one is depthwise is rewritten: each Conv becomes a fused ConvNHWC (ops/fused.py: X, Y and a
+A region: Conv nodes (default domain, or the fused Conv with its activation / residual) of rank 4 with
+a constant float32 / float64 W, dilation 1, group 1 or depthwise (W (C, 1, kh, kw), group C) or a
+grouped 1x1 Conv at stride 1 without padding (ShuffleNet's, the fused one's channel shuffle included:
+ConvNHWC's product writes the channels in shuffle order), joined through layout-agnostic nodes whose
+data inputs all come from the region: unary elementwise ops, binary elementwise ops whose other operand
+is a one-element constant (or both operands region values: a residual Add), per-tensor QuantizeLinear /
+DequantizeLinear and the fused QuantizeDequantize / LookupTable / Swish / Gelu steps, and the nodes
+whose axes are renamed (_axis_mapped: Concat, Resize, the pools). A connected region holding at least
+two Convs of which one is depthwise is rewritten: each Conv becomes a fused ConvNHWC (ops/fused.py: X, Y and a
 residual channels-last, W and B as Conv has them), the agnostic nodes stay as they are on NHWC
 values (new names: no declared value_info describes them), a Transpose to NHWC is made where an outside
 value enters, and a Transpose back writes the original NCHW value wherever it is read outside the
@@ -32,9 +34,9 @@ from dataclasses import replace
 import numpy as np
 
 from ..graph import Node
-from ..ops.nn.conv.channels_last import worthwhile
+from ..ops.nn.conv.channels_last import grouped_pointwise, worthwhile
 from ..ops.nn.conv_quantized import constant_plan_applies
-from ._context import FUSED_DOMAIN, Context, written_nodes
+from ._context import FUSED_DOMAIN, Context, unpadded, written_nodes
 from .qdq_lut import _UNARY
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -43,16 +45,20 @@ _TWO_REGION = {"Add", "Sub", "Mul", "Div", "Max", "Min"}     # both rank-4 regio
 _FUSED_UNARY = {"QuantizeDequantize", "LookupTable", "Swish", "Gelu", "ClipSwish"}
 _CODES = (np.dtype(np.uint8), np.dtype(np.int8))
 _QLINEAR_BINARY = {"QLinearAdd", "QLinearMul"}     # com.microsoft, on codes: (A, A_s, A_zp, B, B_s, B_zp, C_s, C_zp)
+# the pools that join (their attributes the channels-last pool takes; storage_order only orders indices)
+_POOLS = {"AveragePool": ("kernel_shape", "auto_pad", "pads", "strides", "dilations", "ceil_mode", "count_include_pad"),
+          "MaxPool": ("kernel_shape", "auto_pad", "pads", "strides", "dilations", "ceil_mode")}
 _GEOMETRY = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 _CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides", "activation",
-               "activation_params", "affine")
+               "activation_params", "affine", "shuffle", "shuffle_dims")
 TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
 MIN_CONVS = 2           # a region's Convs, at least one depthwise (what the layout change pays for)
 
 
 def run_channels_last(ctx: Context) -> bool:
-    convs = {id(n): n for n in ctx.nodes if _conv(ctx, n) is not None}
-    if len(convs) < MIN_CONVS or not any(map(_depthwise, convs.values())):
+    weights = {id(n): w for n in ctx.nodes if (w := _conv(ctx, n)) is not None}
+    convs = {id(n): n for n in ctx.nodes if id(n) in weights}
+    if len(convs) < MIN_CONVS or not any(_depthwise(n, weights[i]) for i, n in convs.items()):
         return False    # no region can qualify (_components): skip the walk, whose checks bind each node's kernel
     # Convs the channels-last kernels compute but that alone run faster NCHW (worthwhile: a strided depthwise
     # Conv of few channels) join a region whose value they read, as agnostic nodes do: left NCHW between two
@@ -71,6 +77,7 @@ def run_channels_last(ctx: Context) -> bool:
             if id(n) in joiners:
                 if id(ctx.producer.get(n.inputs[0])) in region:
                     region[id(n)], data[id(n)], convs[id(n)] = n, _conv_inputs(n), n
+                    weights[id(n)] = _conv(ctx, n, joining=True)
                     changed = True
                 continue
             xs = _agnostic(ctx, n)
@@ -81,7 +88,7 @@ def run_channels_last(ctx: Context) -> bool:
             if xs and all(id(ctx.producer.get(x)) in region for x in xs):
                 region[id(n)], data[id(n)] = n, xs
                 changed = True
-    kept = _components(ctx, region, data, convs)
+    kept = _components(ctx, region, data, convs, weights)
     if not kept:
         return False
     _rewrite(ctx, [n for n in ctx.nodes if id(n) in kept], data, convs, mapped)
@@ -106,7 +113,7 @@ def _conv(ctx: Context, n: Node, joining: bool = False):
     if n.op_type == "QLinearConv" and n.domain != FUSED_DOMAIN:
         return _qlinear_conv(ctx, n)
     if n.domain == FUSED_DOMAIN:
-        if n.op_type != "Conv" or n.attrs.get("shuffle"):
+        if n.op_type != "Conv":
             return None
     elif not ctx.is_op(n, "Conv"):
         return None
@@ -115,7 +122,9 @@ def _conv(ctx: Context, n: Node, joining: bool = False):
     w = ctx.value(n.inputs[1])
     if not isinstance(w, np.ndarray) or w.ndim != 4 or w.dtype not in _FLOATS or 0 in w.shape:
         return None
-    if not _layout_fits(n.attrs, w, joining):
+    if not _layout_fits(n.attrs, w, joining, grouped=True):
+        return None
+    if n.attrs.get("shuffle") and not grouped_pointwise(w.shape, int(n.attrs.get("group", 1))):
         return None
     if len(n.inputs) > 3 and n.inputs[3]:
         if ctx.rank(n.inputs[3]) != 4:      # a residual of another rank broadcasts by position
@@ -123,16 +132,20 @@ def _conv(ctx: Context, n: Node, joining: bool = False):
     return w
 
 
-def _layout_fits(a: dict, w: np.ndarray, joining: bool = False) -> bool:
+def _layout_fits(a: dict, w: np.ndarray, joining: bool = False, grouped: bool = False) -> bool:
     """Whether a Conv / QLinearConv with attributes `a` and constant W (rank 4) is one the channels-last
-    kernels compute and gain on: dilation 1, kernel_shape W's, group 1 or depthwise, and worthwhile()
-    (e.g. the stem's few input channels stay NCHW)."""
+    kernels compute and gain on: dilation 1, kernel_shape W's, group 1 or depthwise (or, with `grouped`,
+    a grouped 1x1 Conv at stride 1 without padding), and worthwhile() (e.g. the stem's few input channels
+    stay NCHW)."""
     group = int(a.get("group", 1))
     if any(int(d) != 1 for d in a.get("dilations") or ()):
         return False
     if a.get("kernel_shape") is not None and [int(k) for k in a["kernel_shape"]] != list(w.shape[2:]):
         return False
-    if group != 1 and not (w.shape[1] == 1 and w.shape[0] == group):
+    if grouped and grouped_pointwise(w.shape, group):
+        if not unpadded(a) or any(int(s) != 1 for s in a.get("strides") or ()):
+            return False
+    elif group != 1 and not (w.shape[1] == 1 and w.shape[0] == group):
         return False
     return joining or worthwhile(w, group, a.get("strides"))
 
@@ -157,8 +170,9 @@ def _qlinear_conv(ctx: Context, n: Node):
     return w
 
 
-def _depthwise(n: Node) -> bool:
-    return int(n.attrs.get("group", 1)) != 1
+def _depthwise(n: Node, w: np.ndarray) -> bool:
+    """Whether region Conv `n` with W `w` is a depthwise one (one input channel a group)."""
+    return int(n.attrs.get("group", 1)) != 1 and w.shape[1] == 1
 
 
 def _agnostic(ctx: Context, n: Node) -> list[str] | None:
@@ -197,9 +211,10 @@ def _agnostic(ctx: Context, n: Node) -> list[str] | None:
 
 def _axis_mapped(ctx: Context, n: Node) -> list[str] | None:
     """The data inputs of `n` when it runs channels-last once its axes are renamed (_remapped): Concat,
-    Resize with constant scales or sizes, GlobalAveragePool (joining only when those inputs are region
-    values: all of rank 4, as the Convs' outputs and the steps keeping their rank). Between two regions
-    (a feature pyramid's upsampled Add or Concat, a squeeze-excitation's pooling) they had left the
+    Resize with constant scales or sizes, GlobalAveragePool, a 2-D AveragePool or MaxPool without
+    indices (joining only when those inputs are region values: all of rank 4, as the Convs' outputs and
+    the steps keeping their rank). Between two regions (a feature pyramid's upsampled Add or Concat, a
+    squeeze-excitation's pooling, ShuffleNet's shortcut AveragePool and Concat) they had left the
     region, read its NCHW view with a stride of C (PP-OCR det's FPN Add 3.4 ms on [1, 96, 120, 120];
     a [1, 128, 100, 76] Concat 2.6 ms) and made the next region copy its input back channels-last."""
     if n.opsets or len(n.outputs) != 1 or not n.inputs or not n.inputs[0] or not ctx.is_op(n, n.op_type):
@@ -210,6 +225,9 @@ def _axis_mapped(ctx: Context, n: Node) -> list[str] | None:
             return list(n.inputs)
     elif op == "GlobalAveragePool":
         return [n.inputs[0]]
+    elif op in _POOLS:
+        if len(n.attrs.get("kernel_shape") or ()) == 2 and ctx.valid(n):
+            return [n.inputs[0]]
     elif op == "Resize":
         if all(ctx.is_constant(x) for x in n.inputs[1:]) and _resize_parameters(ctx, n) is not None:
             return [n.inputs[0]]
@@ -239,8 +257,12 @@ def _remapped(ctx: Context, n: Node, ins: list[str], out: str) -> Node:
     """_axis_mapped's node rewritten for channels-last inputs `ins` and output `out`: NCHW axis a is
     NHWC axis TO_NHWC.index(a). Concat's axis renamed; Resize's per-axis constants permuted (or its
     `axes` renamed); GlobalAveragePool as the mean over H and W of the channels-last value (ReduceMean-13,
-    keepdims: (N, 1, 1, C), the pooled value's elements in NHWC order)."""
+    keepdims: (N, 1, 1, C), the pooled value's elements in NHWC order); AveragePool / MaxPool as the
+    fused PoolNHWC with their attributes."""
     op = n.op_type
+    if op in _POOLS:
+        attrs = {"op": op, **{k: n.attrs[k] for k in _POOLS[op] if k in n.attrs}}
+        return replace(ctx.fused_node(n, "PoolNHWC", ins, (out,), attrs), fused_from=written_nodes([n]))
     if op == "Concat":
         axis = int(n.attrs.get("axis", 1)) % 4
         return replace(n, inputs=tuple(ins), outputs=(out,), attrs={**n.attrs, "axis": TO_NHWC.index(axis)})
@@ -282,7 +304,7 @@ def _one_number(ctx: Context, name: str) -> bool:
     return isinstance(v, np.ndarray) and v.size == 1 and v.ndim <= 4
 
 
-def _components(ctx: Context, region: dict, data: dict, convs: dict) -> set[int]:
+def _components(ctx: Context, region: dict, data: dict, convs: dict, weights: dict) -> set[int]:
     """The ids of the region's nodes in connected parts holding MIN_CONVS Convs, one depthwise."""
     parent = {i: i for i in region}
 
@@ -302,7 +324,7 @@ def _components(ctx: Context, region: dict, data: dict, convs: dict) -> set[int]
     for i, n in convs.items():
         c = count.setdefault(root(i), [0, 0])
         c[0] += 1
-        c[1] += _depthwise(n)
+        c[1] += _depthwise(n, weights[i])
     good = {r for r, (k, d) in count.items() if k >= MIN_CONVS and d >= 1}
     return {i for i in region if root(i) in good}
 

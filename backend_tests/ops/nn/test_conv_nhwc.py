@@ -1,6 +1,6 @@
 """The channels-last Conv (ops/fused.py's ConvNHWC, ops/nn/conv/channels_last.py) against a direct loop
 over the taps written here from Conv's spec: every path (pointwise, depthwise stride 1 / strided narrow /
-strided wide, im2col, the NCHW fallback), strips, short maps' valid kernel rows, strides, pads (asymmetric too), bias or none, activations,
+strided wide, im2col, grouped 1x1 and its channel shuffle, the NCHW fallback), strips, short maps' valid kernel rows, strides, pads (asymmetric too), bias or none, activations,
 a residual, infinities and NaN, float64, fed weights."""
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ CASES = [   # (C, M, group, k, strides, pads, H, W): the path each one takes
     (4, 4, 4, 3, (2, 2), (1, 1, 1, 1), 9, 40),          # depthwise, strided, wide (20 > 14): column phases
     (3, 3, 3, 5, (2, 3), (2, 0, 1, 2), 12, 50),         # depthwise 5x5, strides 2/3, asymmetric pads, phases
     (3, 3, 3, 2, (1, 1), (0, 0, 1, 1), 4, 4),           # depthwise 2x2, end padding only
-    (4, 6, 2, 3, (1, 1), (1, 1, 1, 1), 5, 5),           # grouped (neither 1 nor depthwise): NCHW fallback
+    (4, 6, 2, 3, (1, 1), (1, 1, 1, 1), 5, 5),           # grouped 3x3 (neither 1 nor depthwise): NCHW fallback
     (3, 8, 1, 3, (2, 2), (1, 1, 1, 1), 8, 8),           # few channels: im2col still computes it
     (4, 4, 4, 2, (1, 3), (0, 1, 0, 1), 6, 50),          # depthwise 2x2 /3, wide: phase 2 holds no kernel column
     (3, 3, 3, 1, (2, 2), (0, 0, 0, 0), 5, 40),          # depthwise 1x1 /2, wide: phase 0 alone
@@ -62,6 +62,9 @@ CASES = [   # (C, M, group, k, strides, pads, H, W): the path each one takes
     (8, 8, 8, 5, (1, 1), (2, 2, 2, 2), 2, 30),          # depthwise 5x5 on 2 rows: the valid kernel rows only
     (6, 6, 6, 5, (1, 1), (2, 2, 2, 2), 3, 20),          # ... 3 rows (two thirds of the kernel rows valid)
     (3, 3, 3, 3, (1, 1), (0, 1, 3, 1), 2, 9),           # ... padding below only: the last row reads none
+    (12, 8, 4, 1, (1, 1), (0, 0, 0, 0), 5, 6),          # grouped 1x1: one stacked product over group blocks
+    (12, 8, 4, 1, (2, 2), (0, 0, 0, 0), 5, 6),          # grouped 1x1 strided: NCHW fallback
+    (6, 9, 3, 1, (1, 1), (0, 1, 0, 0), 4, 4),           # grouped 1x1 padded: NCHW fallback
 ]
 STRIPS = (14, 15, 16)
 VALID_ROWS = (17, 18, 19)
@@ -75,6 +78,38 @@ def test_paths_match_direct_loop(c, m, group, k, strides, pads, h, wd, bias):
     b = data((m,), 3) if bias else None
     got = run(x, w, b, group=group, strides=list(strides), pads=list(pads))
     np.testing.assert_allclose(got, direct(x, w, b, strides, pads, group), rtol=1e-5, atol=1e-5)
+
+
+def shuffle_as_written(y, g):
+    """ShuffleNet's channel shuffle as exporters write it: Reshape (N, g, C/g, H, W), Transpose (0, 2, 1,
+    3, 4), Reshape (N, C, H, W)."""
+    n, c, h, w = y.shape
+    return y.reshape(n, g, c // g, h, w).transpose(0, 2, 1, 3, 4).reshape(n, c, h, w)
+
+
+@pytest.mark.parametrize("c, m, g", [(8, 12, 4), (24, 112, 4), (136, 136, 4), (150, 60, 3)])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("constant", [True, False])
+def test_grouped_pointwise_writes_the_channel_shuffle(c, m, g, bias, constant):
+    # C <= 128: one dense product, its columns in shuffle order; above: group blocks into strided columns
+    x = data((2, c, 3, 4), 1)
+    w = data((m, c // g, 1, 1), 2)
+    b = data((m,), 3) if bias else None
+    got = run(x, w, b, constant=constant, group=g, shuffle=g, shuffle_dims=[2, m, 3, 4], activation="Relu")
+    want = shuffle_as_written(np.maximum(direct(x, w, b, group=g), 0), g)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_channel_shuffle_of_other_shapes_runs_as_written():
+    # shuffle_dims that do not describe this product: the NCHW fused Conv's three ops as written, which
+    # reshape to the dims when the sizes agree (batch 2 as dims (1, 2M, H, W))...
+    x, w, b = data((2, 8, 3, 4), 1), data((12, 2, 1, 1), 2), data((12,), 3)
+    got = run(x, w, b, group=4, shuffle=4, shuffle_dims=[1, 24, 3, 4])
+    want = direct(x, w, b, group=4).reshape(1, 4, 6, 3, 4).transpose(0, 2, 1, 3, 4).reshape(1, 24, 3, 4)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    # ... and raise the Reshape's error when they do not
+    with pytest.raises(OnnxMiniError, match="channel shuffle"):
+        run(x, w, b, group=4, shuffle=4, shuffle_dims=[1, 12, 3, 4])
 
 
 @pytest.mark.parametrize("case", STRIPS)
@@ -105,7 +140,7 @@ def test_wide_strided_depthwise_takes_phases_and_narrow_takes_windows():
     assert channels_last.DW_WINDOWS_MAX_WIDTH < 20 and channels_last.DW_WINDOWS_MAX_WIDTH >= 6
 
 
-@pytest.mark.parametrize("c, m, group, k, strides, pads", [c[:6] for c in CASES[:10:3] + CASES[14:16]])
+@pytest.mark.parametrize("c, m, group, k, strides, pads", [c[:6] for c in CASES[:10:3] + CASES[14:16] + CASES[20:21]])
 def test_float64_and_fed_weights(c, m, group, k, strides, pads):
     x = data((1, c, 9, 10), 4, np.float64)
     w = data((m, c // group, k, k), 5, np.float64)
@@ -122,7 +157,7 @@ def test_float64_and_fed_weights(c, m, group, k, strides, pads):
     ("HardSwish", (), lambda y: y * np.clip(y / 6 + 0.5, 0, 1)),
     ("LeakyRelu", (0.1,), lambda y: np.where(y < 0, 0.1 * y, y)),
 ])
-@pytest.mark.parametrize("case", [0, 3, 5, 7, 14])
+@pytest.mark.parametrize("case", [0, 3, 5, 7, 14, 20])
 def test_activation_and_residual(activation, params, f, case):
     c, m, group, k, strides, pads, h, wd = CASES[case]
     x = data((1, c, h, wd), 7) * 4

@@ -361,6 +361,11 @@ def max_pool_10(*, kernel_shape, auto_pad="NOTSET", pads=None, strides=None, sto
     return run if _n_outputs > 1 else (lambda x: (run(x),))
 
 
+def max_pool_function(*, kernel_shape, strides=None, pads=None, dilations=None, auto_pad="NOTSET", ceil_mode=0):
+    """run(x) -> MaxPool's Y (no indices) for these attributes (ops/fused.py's channels-last pool)."""
+    return _max_pool(kernel_shape, strides, pads, dilations, auto_pad, ceil_mode, 0, False)
+
+
 # -- AveragePool ----------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=512)
@@ -427,6 +432,12 @@ def _average_pool(kernel_shape, strides, pads, dilations, auto_pad, ceil_mode, c
                 y = total[crop]
         return y.astype(dtype, copy=False)
     return run
+
+
+def average_pool_function(*, kernel_shape, strides=None, pads=None, dilations=None, auto_pad="NOTSET", ceil_mode=0,
+                          count_include_pad=0):
+    """run(x) -> AveragePool's Y for these attributes (ops/fused.py's channels-last pool)."""
+    return _average_pool(kernel_shape, strides, pads, dilations, auto_pad, ceil_mode, count_include_pad)
 
 
 @kernel("AveragePool", since=1, heavy=True, rank="first")

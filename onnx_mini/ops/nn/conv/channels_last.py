@@ -36,6 +36,7 @@ from .... import blas, memory, parallel
 from ..._common import by_shape, prepack
 from .._common import finite, geometry, read_extent, read_region, strided_view
 from . import strips, thresholds
+from .pointwise import shuffled
 from .run import Convolution
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -61,14 +62,51 @@ def depthwise_taps(w: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(w[:, 0].transpose(1, 2, 0))
 
 
+def grouped_weights(w: np.ndarray, group: int, shuffle: int = 0) -> np.ndarray:
+    """W (M, C/G, 1, 1) of a grouped 1x1 Conv -> (G, C/G, M/G): each group's W^T (ConvNHWC._grouped); with
+    shuffle and few input channels (thresholds.SHUFFLED_DENSE_MAX_CHANNELS), the dense (C, M) product
+    matrix instead: each group's W^T on the diagonal, zeros elsewhere, its columns in shuffle order."""
+    m, cg = w.shape[:2]
+    mg = m // group
+    per_group = w.reshape(group, mg, cg).transpose(0, 2, 1)
+    if not shuffle or cg * group > thresholds.SHUFFLED_DENSE_MAX_CHANNELS:
+        return np.ascontiguousarray(per_group)
+    dense = np.zeros((group, cg, group, mg), w.dtype)
+    g = np.arange(group)
+    dense[g, :, g, :] = per_group
+    return shuffled(dense.reshape(group * cg, m), shuffle)
+
+
+def grouped_pointwise(shape, group: int) -> bool:
+    """Whether a W of this shape (M, C/G, kh, kw) with `group` groups is a grouped 1x1 Conv's, not a
+    depthwise one's."""
+    m, cg, *kernel = shape
+    return group > 1 and tuple(kernel) == (1, 1) and m % group == 0 and not (cg == 1 and m == group)
+
+
 def worthwhile(w: np.ndarray, group: int, strides) -> bool:
     """Whether a Conv with this constant W (group, strides) runs faster channels-last than NCHW (the pass
     asks). A strided depthwise Conv of few channels stays NCHW, where its im2col is the fastest
     (thresholds.DW_IM2COL_MAX_CHANNELS; mobilenet_qdq's 3x3 /2 layers, profiled under load, NHWC against
-    NCHW: 16x112x112 398 / 338 us, 16x56x56 155 / 107)."""
+    NCHW: 16x112x112 398 / 338 us, 16x56x56 155 / 107). A grouped 1x1 Conv at stride 1 joins
+    (ConvNHWC._grouped: as fast as NCHW's stacked product, or faster)."""
+    if grouped_pointwise(w.shape, group):
+        return all(int(s) == 1 for s in strides or ())
     if group != 1:
         return w.shape[0] > thresholds.DW_IM2COL_MAX_CHANNELS or all(int(s) == 1 for s in strides or ())
     return w.shape[2:] == (1, 1) or w.shape[1] >= IM2COL_MIN_CHANNELS
+
+
+def _layout_weights(group: int, shuffle: int):
+    """The function laying out a W for this Conv's channels-last paths (by W's shape: the depthwise taps, a
+    grouped 1x1 Conv's per-group W^T, else im2col's)."""
+    def layout(w: np.ndarray) -> np.ndarray:
+        if group == 1:
+            return im2col_weights(w)
+        if grouped_pointwise(w.shape, group):
+            return grouped_weights(w, group, shuffle)
+        return depthwise_taps(w)
+    return layout
 
 
 class ConvNHWC:
@@ -77,8 +115,11 @@ class ConvNHWC:
     here are (a product, sums in any order), the NCHW fallback is told to leave Winograd out."""
 
     def __init__(self, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None,
-                 constants=None, exact=False, algorithm=None):
+                 constants=None, exact=False, algorithm=None, shuffle=0):
         constants = constants or {}
+        # shuffle = G: Y's channels in channel-shuffle order (a grouped 1x1 Conv's product writes them so;
+        # any other plan is None: the caller runs the shuffle as written)
+        self.shuffle = shuffle
         self.nchw = Convolution(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape,
                                 pads=pads, strides=strides, constants=constants, exact=exact, algorithm=algorithm)
         # prepare(model, conv_algorithm=...) forces an NCHW algorithm for every Conv: honoured on X transposed
@@ -88,7 +129,7 @@ class ConvNHWC:
         self.auto_pad, self.dilations, self.group = auto_pad, dilations, group
         self.kernel_shape, self.pads, self.strides = kernel_shape, pads, strides
         # a constant W's one layout, made once (1x1: im2col's [C, M] is W^T, the pointwise product's)
-        self.weights = prepack(im2col_weights if group == 1 else depthwise_taps, constants, (1,))
+        self.weights = prepack(_layout_weights(group, shuffle), constants, (1,))
         self.tiled = {}         # Wo -> the constant taps tiled along a window row
         self.w_const = constants.get(1)
         self.b_const = constants.get(2)
@@ -116,6 +157,8 @@ class ConvNHWC:
             kind = "im2col"
         elif self.group == c and m == c and cw == 1:
             kind = "depthwise"
+        elif self.group > 1 and cw * self.group == c and grouped_pointwise(ws, self.group):
+            kind = "grouped"
         else:
             return None
         strides = [int(s) for s in self.strides] if self.strides else [1, 1]
@@ -123,10 +166,15 @@ class ConvNHWC:
             begin, end, out = geometry((h, wd), (kh, kw), strides, [1, 1], self.pads, self.auto_pad)
         except Exception:
             return None
-        if kind == "im2col" and kh == kw == 1 and strides == [1, 1] and not any(begin) and not any(end):
+        pointwise = kh == kw == 1 and strides == [1, 1] and not any(begin) and not any(end)
+        if kind == "im2col" and pointwise:
             kind = "pointwise"
+        elif kind == "grouped" and not pointwise:
+            return None
         elif kind == "im2col" and strides == [1, 1] and strips.pays(out[0] * out[1], m, kw, c, False):
             kind = "strips"     # (in a run that splits its products, checked again per call)
+        if self.shuffle and (kind != "grouped" or self.shuffle != self.group):
+            return None
         need = [read_extent(o, s, k, 1) for o, s, k in zip(out, strides, (kh, kw))]
         dst, src = read_region((h, wd), begin, need)
         phases = _column_phases(wd, begin[1], strides[1], kw, out[1]) if kind == "depthwise" else None
@@ -168,6 +216,8 @@ class ConvNHWC:
             return self._depthwise_phased(x, w, b, strides, out, plan, epilogue)
         elif kind == "depthwise":
             return self._depthwise(x, w, b, strides, out, plan, epilogue)
+        elif kind == "grouped":
+            y = self._grouped(x, w, out)
         elif kind == "strips" and strips.pays(out[0] * out[1], m, w.shape[3], c, blas.splitting()):
             self.algorithms[x.shape] = "nhwc-strips"
             y = self._strips(x, w, out, plan)
@@ -181,6 +231,23 @@ class ConvNHWC:
                 rows += self.along_row(b, out[1])
             return y
         return self._finish_blocks(y, b, epilogue)
+
+    def _grouped(self, x, w, out):
+        """Y of a grouped 1x1 Conv: one stacked product of X's group column blocks (views of X) by the
+        groups' W^T into Y's (with shuffle: group a's outputs in columns a, a + G, ..., the channel shuffle's
+        order), or the one product of X by grouped_weights' dense matrix. Alone, 4 groups, under load:
+        136x28x28 71 us against 88 for the NCHW stacked product, 544x7x7 64 / 80; with the shuffle, strided
+        columns against the dense product (thresholds.SHUFFLED_DENSE_MAX_CHANNELS)."""
+        wl = self.weights(w)
+        n, c = x.shape[0], x.shape[3]
+        p = n * out[0] * out[1]
+        if wl.ndim == 2:
+            return blas.matmul(x.reshape(p, c), wl).reshape(n, *out, wl.shape[1])
+        g, cg, mg = wl.shape
+        y = memory.empty((n, *out, g * mg), x.dtype)
+        blocks = y.reshape(p, mg, g).transpose(2, 0, 1) if self.shuffle else y.reshape(p, g, mg).transpose(1, 0, 2)
+        np.matmul(x.reshape(p, g, cg).transpose(1, 0, 2), wl, out=blocks)
+        return y
 
     def _finish_blocks(self, y, b, epilogue):
         """B and the epilogue on a product's output (N, Ho, Wo, M) by blocks of output rows of about

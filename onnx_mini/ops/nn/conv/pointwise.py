@@ -21,6 +21,13 @@ def conv(x, wg, out, shuffle=False):
     return y
 
 
+def shuffled(v: np.ndarray, g: int) -> np.ndarray:
+    """v's last axis (M = g*k entries) in channel-shuffle order: entry b*g + a is entry a*k + b, as the
+    Reshape (g, k) -> Transpose -> Reshape after a g-group Conv orders its channels (a new array)."""
+    *lead, m = v.shape
+    return np.ascontiguousarray(v.reshape(*lead, g, m // g).swapaxes(-1, -2)).reshape(v.shape)
+
+
 def bias_column(w, b, group, shuffle):
     """W (M, Cg, 1, ...) with the bias as one more input column per group -> (G, Mg, Cg + 1), for X with
     a row of ones after each group (with_ones_row): the product then adds the bias itself, where a

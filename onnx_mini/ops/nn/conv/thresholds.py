@@ -103,6 +103,10 @@ DW_VALID_ROWS_MAX_SHARE = 0.7           # ConvNHWC depthwise at stride 1 along t
 FINISH_BLOCK_BYTES = 512 << 10          # ConvNHWC's products: B and the epilogue by blocks of output rows of about this
                                          # size while in cache ([121600, 16] x [16, 32] + B + ClipSwish, numpy alone:
                                          # whole 17.1 ms, blocks of 311 KB 7.8-8.7, 622 KB 7.4-8.1, 1.2 MB 7.5-7.6)
+SHUFFLED_DENSE_MAX_CHANNELS = 128      # ConvNHWC, a grouped 1x1 Conv writing a channel shuffle: one dense product up to
+                                         # this many input channels, the stacked product into strided columns above (4
+                                         # groups, alone, under load: 24 -> 112 on 56x56 170 / 425 us, 136 on 28x28 216 /
+                                         # 205-246, 272 on 14x14 266 / 133-148, 544 on 7x7 298 / 156-177)
 CACHE_SET_BYTES = 512                    # a channels-last row spanning a multiple of this thrashes the cache sets
 CACHE_GAP = 16                           # ... so it gets this gap (512x14x14: the copy back 227 -> 53 us)
 
