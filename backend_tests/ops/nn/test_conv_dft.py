@@ -136,6 +136,22 @@ def test_dft_conv_against_the_exact_sum(n, stride, batch, frames, pads, order):
     assert_within_bound(y, x, w, stride, pads)
 
 
+def test_zero_rows_with_a_weight_on_a_zero_of_the_window():
+    """The sine rows of k = 0 and N/2 (all 0 in the basis) are summed from the windowed frames by their
+    weights over the window; a weight where the window is 0 (Hann's first tap) cannot be: those rows are
+    then summed from the frames themselves. Both within the bound."""
+    w = stft_weights(512)
+    x = RNG.standard_normal((1, 1, 160 * 20 + 512)).astype(np.float32)
+    plain = dft.basis(w)
+    assert plain.windowed_zero_weights is not None
+    assert_within_bound(dft.conv(x, plain, 160, 0, 0, 21), x, w, 160)
+    odd = w.copy()
+    odd[513, 0, 0] = 1e-17                  # the N/2 sine row, at the window's zero
+    b = dft.basis(odd)
+    assert b is not None and b.zero_rows == (257, 513) and b.windowed_zero_weights is None
+    assert_within_bound(dft.conv(x, b, 160, 0, 0, 21), x, odd, 160)
+
+
 def test_dft_conv_in_blocks_of_frames(monkeypatch):
     """Blocks of 3 frames (a block size that does not divide the frames) give the same values as one block."""
     w = stft_weights(512)
