@@ -4,6 +4,10 @@ no transposes between its layers; the kernel is ops/fused.py's ConvNHWC).
 
 The sums are the Conv's (the spec's: spec.py); only their order changes. Per input shape one plan:
 - pointwise (1x1, stride 1, no padding, group 1): Y = X[N*H*W, C] @ W^T[C, M], no copy at all;
+- grouped (1x1, stride 1, no padding, G groups, not depthwise): one stacked product of X's group column
+  blocks (views) by each group's W^T into Y's; a fused channel shuffle writes Y's columns in shuffle
+  order (every G-th column), or with few input channels one dense product of the block-diagonal W
+  whose columns are shuffled (_grouped);
 - depthwise (group = C = M): a zero-padded channels-last copy (a large one written by the parts that
   read it, no zero pass: _read_rows; a small one-part call's kept per thread, its border zeroed once:
   _depthwise_small) and one einsum over its windows against
