@@ -31,7 +31,7 @@ from .math.activations import ONES, gelu_20, sigmoid_of_negated, swish_24
 from .math.matmul import gemm_11, matmul, matmul_1
 from .math.softmax import SOFTMAX_VIA_F32, along_axis, softmax
 from .nn.conv import Convolution
-from .nn.conv.channels_last import ConvNHWC
+from .nn.conv.channels_last import ConvNHWC, through_nchw
 from .nn.conv.pointwise import shuffled
 from .nn.conv_quantized import qlinear_conv_channels_last
 from .nn.normalization import last_axis_sums, layer_normalization_17
@@ -681,20 +681,18 @@ def fused_conv_nhwc(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=
     forced conv_algorithm runs that NCHW algorithm on X transposed. requantize: as the fused Conv's
     (a depthwise Conv requantizes each part's rows on that part's thread). shuffle, shuffle_dims: the
     fused Conv's channel shuffle (NCHW dims), here an order of Y's last axis (_shuffled_nhwc)."""
+    geometry = dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
+                    strides=strides)
     if shuffle:
         if requantize:
             raise ValueError("a Conv writing a channel shuffle takes no requantization step")
-        return _shuffled_nhwc(dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape,
-                                   pads=pads, strides=strides, activation=activation,
-                                   activation_params=activation_params, affine=affine),
-                              int(shuffle), tuple(int(d) for d in shuffle_dims), _constants, _options)
+        return _shuffled_nhwc(geometry, (activation, activation_params, affine), int(shuffle),
+                              tuple(int(d) for d in shuffle_dims), _constants, _options)
     if requantize:
         return _requantized(fused_conv_nhwc, requantize, q_version, dq_version, codes, _constants,
-                            dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape,
-                                 pads=pads, strides=strides, activation=activation,
-                                 activation_params=activation_params, affine=affine, _options=_options))
-    conv = ConvNHWC(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
-                    strides=strides, constants=_constants, algorithm=(_options or {}).get("conv_algorithm"))
+                            dict(geometry, activation=activation, activation_params=activation_params,
+                                 affine=affine, _options=_options))
+    conv = ConvNHWC(**geometry, constants=_constants, algorithm=(_options or {}).get("conv_algorithm"))
     act = _activation(activation, activation_params, affine)
     finish = _finisher(activation, activation_params, affine)
 
@@ -747,20 +745,21 @@ def fused_conv_nhwc(*, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=
     return run
 
 
-def _shuffled_nhwc(attrs, shuffle, dims, constants, options):
+def _shuffled_nhwc(geometry, activation, shuffle, dims, constants, options):
     """The channels-last fused Conv writing a channel shuffle: a grouped 1x1 Conv's one product with its
     columns (and B) in shuffle order (ConvNHWC(shuffle=...)), Y (N, H, W, C) being the NCHW dims'
     channels-last order; any other shape, type or plan: the NCHW fused Conv, which runs the shuffle as
-    written, on X transposed, its result transposed back."""
-    written = fused_conv(**attrs, shuffle=shuffle, shuffle_dims=dims, _constants=constants, _options=options)
+    written, on X transposed, its result transposed back. activation: (name, params, affine)."""
+    name, params, affine = activation
+    written = fused_conv(**geometry, activation=name, activation_params=params, affine=affine, shuffle=shuffle,
+                         shuffle_dims=dims, _constants=constants, _options=options)
     constants = dict(constants or {})
     b_const = b_shuffled = constants.get(2)
     if b_const is not None:
         constants[2] = b_shuffled = _shuffled_bias(b_const, shuffle)
-    geometry = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
-    conv = ConvNHWC(**{k: attrs[k] for k in geometry}, constants=constants,
-                    algorithm=(options or {}).get("conv_algorithm"), shuffle=shuffle)
-    act = _activation(attrs["activation"], attrs["activation_params"], attrs["affine"])
+    conv = ConvNHWC(**geometry, constants=constants, algorithm=(options or {}).get("conv_algorithm"),
+                    shuffle=shuffle)
+    act = _activation(name, params, affine)
     want = (dims[0], *dims[2:], dims[1]) if len(dims) == 4 else None
 
     def activate(rows, i, j):
@@ -771,9 +770,7 @@ def _shuffled_nhwc(attrs, shuffle, dims, constants, options):
                 and (b is None or (b.dtype == x.dtype and b.shape == (w.shape[0],)))):
             bs = None if b is None else b_shuffled if b is b_const else _shuffled_bias(b, shuffle)
             return conv(x, w, bs, epilogue=None if act is None else activate)
-        if x.ndim != 4:
-            raise InvalidValueError(f"the channels-last Conv takes a 4-D X, got {list(x.shape)}")
-        return np.ascontiguousarray(written(x.transpose(0, 3, 1, 2), w, b).transpose(0, 2, 3, 1))
+        return through_nchw(written, x, w, b)
     run.algorithms = conv.algorithms
     return run
 

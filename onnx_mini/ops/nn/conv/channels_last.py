@@ -295,9 +295,7 @@ class ConvNHWC:
         return t
 
     def _nchw(self, x, w, b):
-        if x.ndim != 4:
-            raise ValueError(f"the channels-last Conv takes a 4-D X, got {list(x.shape)}")
-        return np.ascontiguousarray(self.nchw(x.transpose(0, 3, 1, 2), w, b).transpose(0, 2, 3, 1))
+        return through_nchw(self.nchw, x, w, b)
 
     @staticmethod
     def _padded(x, need, dst, src):
@@ -464,6 +462,13 @@ class ConvNHWC:
             if len(self.tiled) < 16:
                 self.tiled[key] = t
         return t
+
+
+def through_nchw(conv, x, w, b):
+    """An NCHW Conv `conv(x, w, b)` on channels-last x (N, H, W, C): x transposed in, Y transposed back."""
+    if x.ndim != 4:
+        raise ValueError(f"the channels-last Conv takes a 4-D X, got {list(x.shape)}")
+    return np.ascontiguousarray(conv(x.transpose(0, 3, 1, 2), w, b).transpose(0, 2, 3, 1))
 
 
 def _finished(y, epilogue):

@@ -36,7 +36,7 @@ def bias_column(w, b, group, shuffle):
     in each group's row order. Made once for a constant W and B (run.Convolution), else per call."""
     m, cg = w.shape[:2]
     mg = m // group
-    column = b.reshape(mg, group).T.reshape(-1) if shuffle else b
+    column = shuffled(b, mg) if shuffle else b      # back in group order: shuffling by M/G undoes it by G
     wb = np.empty((group, mg, cg + 1), dtype=np.result_type(w, b))
     wb[:, :, :cg] = w.reshape(group, mg, cg)
     wb[:, :, cg] = column.reshape(group, mg)
