@@ -133,13 +133,19 @@ def regressor(a: dict, k: int, how: str, base=None) -> dict:
     return out
 
 
-@pytest.fixture(params=["one chunk", "chunks", "chunks on threads"])
+@pytest.fixture(params=["one chunk", "chunks", "chunks on threads", "tree groups", "tree groups on threads"])
 def walk(request, monkeypatch):
-    """The rows walked at once, in chunks of a few rows, or in chunks spread over the threads."""
+    """The rows walked at once, in chunks of a few rows, or in chunks spread over the threads; or in blocks
+    of a few rows and a few trees (a forest whose tables outgrow the caches), the groups of each chunk of
+    rows one after the other or over the threads."""
     if request.param != "one chunk":
         monkeypatch.setattr(forest_module, "_CHUNK", 64)
         monkeypatch.setattr(forest_module, "_TOP_CHUNK", 64)     # many rows' top levels: 8 rows a chunk
-    if request.param == "chunks on threads":
+    if request.param.startswith("tree groups"):
+        monkeypatch.setattr(forest_module, "_GROUPED_FROM_BYTES", 0)
+        monkeypatch.setattr(forest_module, "_GROUP_TABLE_BYTES", 600)    # a few trees a group
+        monkeypatch.setattr(forest_module, "_BLOCK_ROW_BYTES", 100)      # 6 rows of 4 float32 features
+    if request.param.endswith("on threads"):
         monkeypatch.setattr(forest_module, "_PARALLEL_STEPS", 1)
     return request.param
 
@@ -265,6 +271,38 @@ def test_tree_ensemble_5_members_and_nan_every_walk(monkeypatch):
     np.testing.assert_array_equal(run_node("TreeEnsemble", 5, [x], domain=ML, **attrs), whole)
     monkeypatch.setattr(forest_module, "_PARALLEL_STEPS", 1)
     np.testing.assert_array_equal(run_node("TreeEnsemble", 5, [x], domain=ML, **attrs), whole)
+    monkeypatch.setattr(forest_module, "_GROUPED_FROM_BYTES", 0)     # blocks of a few rows and two trees
+    monkeypatch.setattr(forest_module, "_GROUP_TABLE_BYTES", 200)
+    monkeypatch.setattr(forest_module, "_BLOCK_ROW_BYTES", 40)
+    np.testing.assert_array_equal(run_node("TreeEnsemble", 5, [x], domain=ML, **attrs), whole)
+
+
+@pytest.mark.parametrize("threads", [False, True])
+def test_tree_groups_walk_every_tree_once_per_chunk(monkeypatch, threads):
+    # the walk by groups of trees, made to run on a small forest: each chunk of rows visits every tree once
+    # (the groups' slices tile the trees), and the scores are the reference's, exactly
+    monkeypatch.setattr(forest_module, "_CHUNK", 64)
+    monkeypatch.setattr(forest_module, "_GROUPED_FROM_BYTES", 0)
+    monkeypatch.setattr(forest_module, "_GROUP_TABLE_BYTES", 600)
+    monkeypatch.setattr(forest_module, "_BLOCK_ROW_BYTES", 100)
+    if threads:
+        monkeypatch.setattr(forest_module, "_PARALLEL_STEPS", 1)
+    seen = []
+    walk = forest_module.Forest._leaves_walk
+
+    def spy(self, x, trees=None):
+        seen.append((x.shape[0], trees, self.n_trees))
+        return walk(self, x, trees)
+    monkeypatch.setattr(forest_module.Forest, "_leaves_walk", spy)
+    a = random_forest(5, 12, 7, MODES, 3, "multi")
+    x = features(7, 41)
+    got = run_node("TreeEnsembleRegressor", 3, [x], domain=ML, **regressor(a, 3, "SUM"))
+    np.testing.assert_array_equal(got, (reference_scores(a, x, 3, "SUM")).astype(np.float32))
+    blocks = [(rows, trees) for rows, trees, _ in seen if trees is not None]
+    assert blocks and all(0 < rows <= 6 for rows, _ in blocks)
+    n_trees = seen[0][2]
+    covered = sorted(t for _, trees in blocks for t in range(n_trees)[trees])
+    assert covered == sorted(list(range(n_trees)) * -(-41 // 6))     # 7 chunks of rows, each over every tree
 
 
 @pytest.mark.parametrize("roots,expected", [

@@ -20,10 +20,18 @@ and one gather per table per level (a loop over the forest's depth, never over r
 A leaf's children are itself, so walking `depth` levels brings every tree to its leaf whatever the depth
 of each path. The tables are read at doubled indices 2 * node + outcome, so that a level's step is an add
 and a gather. Rows go in chunks that keep the [rows, trees] arrays in the CPU cache, and a large batch's
-chunks are spread over the threads (parallel.split). Measured no faster on the 300-tree, 4310-node
-forest of bench_apps' skl_gbc, and so not used: every node's test for every row first, then a walk of
-the stored outcomes (one row: 22 vs 21 us); feature and threshold read as one packed record (a chunk
-of 109 rows: 434 vs 383 us).
+chunks are spread over the threads (parallel.split). A forest whose walk tables outgrow the caches (~40
+bytes a node: a 500-tree depth-8 forest's are 10 MB) is walked in blocks of many rows and a group of
+trees whose tables fit in the L2 cache, every level of a group before the next group: the deeper levels'
+gathers, which spread over all of a tree's nodes, then hit the cache (500 trees of depth 8 at 1000 rows,
+one thread: 38-41 against 19-22 ms in a slow spell of this VM, 23 against 19-21 in a fast one; on two
+threads, alternating with the chunks over every tree: 0.49-0.80x from 300 rows on, for that forest, a
+300-tree extra-trees regressor of depth 27 and a 200-tree random forest of depth 10). The leaves of
+each chunk are gathered for all trees before they are summed, in the same order: bit for bit the same.
+Measured no faster on the 300-tree, 4310-node forest of bench_apps' skl_gbc, and so not used: every
+node's test for every row first, then a walk of the stored outcomes (one row: 22 vs 21 us); feature and
+threshold read as one packed record (a chunk of 109 rows: 434 vs 383 us). Int32 tables for the grouped
+walk (half the bytes, a conversion of the index per gather): within this VM's noise of the int64 ones.
 
 One row: the top levels (up to three) of every tree are decided at once. The tests of a tree's first
 seven nodes in heap order (node p's children at 2p and 2p + 1; a leaf's children are itself) fill eight
@@ -72,6 +80,17 @@ AGGREGATES = ("AVERAGE", "SUM", "MIN", "MAX")   # TreeEnsemble-5 numbers them 0.
 # walk chunks of about this many [rows x trees] elements: 100-row chunks of a 300-tree forest ran the
 # walk 2.3x faster than the whole 1000-row batch at once, 200-row chunks only 1.5x (cache misses).
 _CHUNK = 1 << 15
+# ... and, once there are rows enough to fill a block, trees in groups whose walk tables (feature, threshold
+# and next node, each at doubled indices) fit in about this many bytes: the deep levels' gathers then hit
+# the caches (500 trees of depth 8, 1000 rows, one thread: 38-41 ms in 65-row chunks of every tree, 19-22
+# ms in blocks of 1000 rows x 24-32 trees, 25 in 250 x 64; tables of ~20 KB a tree)
+_GROUP_TABLE_BYTES = 512 << 10
+# ... for forests whose tables are above this size (a 100-tree depth-12 random forest's 1.8 MB: grouped,
+# 1.16-1.64x slower at 3000 rows, its chunks' sums left to one thread)
+_GROUPED_FROM_BYTES = 4 << 20
+# ... in chunks of at most this many bytes of X's rows (the gathers from X stay cached: 30 features at
+# 3000 rows, the 300-tree depth-27 forest: 0.59x at 128 KB, 0.71-0.72x at 64 KB and 256 KB)
+_BLOCK_ROW_BYTES = 128 << 10
 # a walk goes over the threads in parts of at least this many row x tree x level steps: a 500-tree
 # depth-8 forest on 2000 rows ran 1.3x faster on 2 threads, bench_apps' skl_gbc at 1000 rows (900 k
 # steps) 1.4x slower, both under load
@@ -158,7 +177,9 @@ class Forest:
         self.root_feature = self.feature[self.roots]
         self.root_threshold = {dt: t[self.roots] for dt, t in self.threshold.items()}
         self.roots_doubled = 2 * self.roots
-        self.chunk_rows = max(1, _CHUNK // max(1, self.n_trees))
+        table_bytes = self.feature2.nbytes + self.next_doubled.nbytes + self.threshold2[np.dtype(np.float32)].nbytes
+        self.group_trees = self.n_trees if table_bytes <= _GROUPED_FROM_BYTES else \
+            max(1, _GROUP_TABLE_BYTES * self.n_trees // table_bytes)
         self.top_value = None
         self.top = self._top_tables() if _LITTLE and self.depth and self.n_trees <= _TOP_MAX_TREES else None
         if self.top is not None and self.plain_test is not None and self.top_value is not None and \
@@ -302,17 +323,8 @@ class Forest:
             self._aggregate(None, how, out, self._top_walk(x.reshape(-1), self.top_value).reshape(1, -1))
         elif n >= _TOP_MIN_ROWS and self.top_value is not None and how in ("SUM", "AVERAGE"):
             self._top_scores(x, how, out)
-        elif n <= self.chunk_rows:
-            self._aggregate(self._leaves_walk(x), how, out)
         else:
-            rows = self.chunk_rows
-
-            def work(lo, hi):
-                for a in range(lo * rows, min(hi * rows, n), rows):
-                    b = min(a + rows, n)
-                    self._aggregate(self._leaves_walk(x[a:b]), how, out[a:b])
-            per_chunk = rows * self.n_trees * self.depth
-            parallel.split(work, -(-n // rows), -(-_PARALLEL_STEPS // per_chunk))
+            self._walk_blocks(x, how, out)
         if how == "AVERAGE":
             out /= self.n_trees
         return out
@@ -360,31 +372,75 @@ class Forest:
         per_chunk = rows * trees * self.depth
         parallel.split(work, -(-n // rows), -(-_PARALLEL_STEPS // per_chunk))
 
-    def _leaves_walk(self, x: np.ndarray) -> np.ndarray:
-        """[rows, trees] reached leaves, all trees advanced one level at a time (x: a contiguous chunk)."""
+    def _walk_blocks(self, x: np.ndarray, how: str, out: np.ndarray) -> None:
+        """Rows x [N, F] (contiguous): their scores into out [N, K] (zeros), walked in blocks of about _CHUNK
+        [rows, trees] elements. A forest whose walk tables outgrow the caches goes by groups of trees
+        (self.group_trees, or more where the rows are too few to fill a block) whose tables stay cached
+        through the levels: chunks of rows one after the other, each chunk's groups over the threads (taken
+        as they come), its leaves (or their values) gathered for every tree before they are summed, in the
+        order a walk of all trees at once sums them. A smaller forest goes by chunks of rows over all its
+        trees, the chunks over the threads."""
+        n, trees = x.shape[0], self.n_trees
+        rows = min(n, max(1, _CHUNK // self.group_trees), max(1, _BLOCK_ROW_BYTES // max(1, x[:1].nbytes)))
+        rows = -(-n // -(-n // rows))                        # chunks of equal rows
+        group = min(trees, max(self.group_trees, _CHUNK // rows))
+        if group == trees:
+            rows = max(1, _CHUNK // trees)
+
+            def work(lo, hi):
+                for a in range(lo * rows, min(hi * rows, n), rows):
+                    b = min(a + rows, n)
+                    self._aggregate(self._leaves_walk(x[a:b]), how, out[a:b])
+            parallel.split(work, -(-n // rows), -(-_PARALLEL_STEPS // (rows * trees * self.depth)))
+            return
+        groups = -(-trees // group)
+        gathered = self.value is not None and how in ("SUM", "AVERAGE")     # the leaves' values, per group
+        for a in range(0, n, rows):
+            b = min(a + rows, n)
+            reached = np.empty((b - a, trees), np.float64 if gathered else np.intp)
+
+            def walk(k, a=a, b=b, reached=reached):
+                g = slice(k * group, (k + 1) * group)
+                leaves = self._leaves_walk(x[a:b], g)
+                reached[:, g] = self.value.take(leaves) if gathered else leaves
+            if (b - a) * trees * self.depth >= 2 * _PARALLEL_STEPS:
+                parallel.shared(walk, groups)
+            else:
+                for k in range(groups):
+                    walk(k)
+            if gathered:
+                self._aggregate(None, how, out[a:b], reached)
+            else:
+                self._aggregate(reached, how, out[a:b])
+
+    def _leaves_walk(self, x: np.ndarray, trees: slice | None = None) -> np.ndarray:
+        """[rows, trees] reached leaves, all trees (or the slice `trees` of them) advanced one level at a
+        time (x: a contiguous chunk)."""
         rows, f = x.shape
         thresholds = self.threshold2[x.dtype]
-        if rows == 1 and self.top is not None:
+        if rows == 1 and self.top is not None and trees is None:
             levels = self.top[0]
             node = self._top_walk(x.reshape(-1))
             if levels == self.depth:
                 return node.reshape(1, -1)
             return self._row_walk(x.reshape(-1), 2 * node, levels, thresholds).reshape(1, -1)
-        roots = self.roots
+        some = slice(None) if trees is None else trees
+        roots = self.roots[some]
+        width = roots.size
         # level 0: every row at the roots
-        v = x.take(self.root_feature, axis=1)
-        cond = self.test(v, self.root_threshold[x.dtype], lambda table: table[roots])
+        v = x.take(self.root_feature[some], axis=1)
+        cond = self.test(v, self.root_threshold[x.dtype][some], lambda table: table[roots])
         if self.depth == 1:
-            return self.next_node.take(self.roots_doubled + cond)
-        idx = self.next_doubled.take(self.roots_doubled + cond)
+            return self.next_node.take(self.roots_doubled[some] + cond)
+        idx = self.next_doubled.take(self.roots_doubled[some] + cond)
         flat = x.reshape(-1)
         if rows == 1:
             return self._row_walk(flat, idx, 1, thresholds)
         row = (np.arange(rows, dtype=np.intp) * f)[:, None]
-        at_feature = np.empty((rows, self.n_trees), np.intp)
-        value = np.empty((rows, self.n_trees), x.dtype)
-        threshold = np.empty((rows, self.n_trees), x.dtype)
-        cond = np.empty((rows, self.n_trees), bool)
+        at_feature = np.empty((rows, width), np.intp)
+        value = np.empty((rows, width), x.dtype)
+        threshold = np.empty((rows, width), x.dtype)
+        cond = np.empty((rows, width), bool)
         for level in range(1, self.depth):
             # mode="clip" (the indices are in range by construction) skips the bounds checks and lets
             # take write into out= without a buffer
