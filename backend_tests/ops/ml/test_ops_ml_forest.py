@@ -278,13 +278,18 @@ def test_tree_ensemble_5_members_and_nan_every_walk(monkeypatch):
 
 
 @pytest.mark.parametrize("threads", [False, True])
-def test_tree_groups_walk_every_tree_once_per_chunk(monkeypatch, threads):
-    # the walk by groups of trees, made to run on a small forest: each chunk of rows visits every tree once
-    # (the groups' slices tile the trees), and the scores are the reference's, exactly
-    monkeypatch.setattr(forest_module, "_CHUNK", 64)
+@pytest.mark.parametrize("rows_cap", ["row bytes", "reached bytes"])
+def test_tree_groups_walk_every_tree_once_per_chunk(monkeypatch, threads, rows_cap):
+    # the walk by groups of trees, made to run on a small forest: each chunk of rows (at most 6 by X's row
+    # bytes, or 3 by the bytes of the chunk's leaves) visits every tree once (the groups' slices tile the
+    # trees), and the scores are the reference's, exactly
+    monkeypatch.setattr(forest_module, "_CHUNK", 16)      # blocks of 16 leaves: groups of 2-5 trees
     monkeypatch.setattr(forest_module, "_GROUPED_FROM_BYTES", 0)
     monkeypatch.setattr(forest_module, "_GROUP_TABLE_BYTES", 600)
     monkeypatch.setattr(forest_module, "_BLOCK_ROW_BYTES", 100)
+    if rows_cap == "reached bytes":
+        monkeypatch.setattr(forest_module, "_REACHED_BYTES", 3 * 8 * 12)     # 3 rows of 12 trees' leaves
+    most = 3 if rows_cap == "reached bytes" else 6
     if threads:
         monkeypatch.setattr(forest_module, "_PARALLEL_STEPS", 1)
     seen = []
@@ -299,10 +304,11 @@ def test_tree_groups_walk_every_tree_once_per_chunk(monkeypatch, threads):
     got = run_node("TreeEnsembleRegressor", 3, [x], domain=ML, **regressor(a, 3, "SUM"))
     np.testing.assert_array_equal(got, (reference_scores(a, x, 3, "SUM")).astype(np.float32))
     blocks = [(rows, trees) for rows, trees, _ in seen if trees is not None]
-    assert blocks and all(0 < rows <= 6 for rows, _ in blocks)
+    assert blocks and all(0 < rows <= most for rows, _ in blocks)
     n_trees = seen[0][2]
+    assert n_trees == 12
     covered = sorted(t for _, trees in blocks for t in range(n_trees)[trees])
-    assert covered == sorted(list(range(n_trees)) * -(-41 // 6))     # 7 chunks of rows, each over every tree
+    assert covered == sorted(list(range(n_trees)) * -(-41 // most))     # each chunk of rows over every tree
 
 
 @pytest.mark.parametrize("roots,expected", [

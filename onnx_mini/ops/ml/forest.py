@@ -91,6 +91,9 @@ _GROUPED_FROM_BYTES = 4 << 20
 # ... in chunks of at most this many bytes of X's rows (the gathers from X stay cached: 30 features at
 # 3000 rows, the 300-tree depth-27 forest: 0.59x at 128 KB, 0.71-0.72x at 64 KB and 256 KB)
 _BLOCK_ROW_BYTES = 128 << 10
+# ... and whose leaves (or their values, 8 bytes a tree) for every tree take at most this many bytes (the
+# suite's 500 trees: 2000 rows; a 5000-tree forest 400 rows, groups of 80 trees then)
+_REACHED_BYTES = 16 << 20
 # a walk goes over the threads in parts of at least this many row x tree x level steps: a 500-tree
 # depth-8 forest on 2000 rows ran 1.3x faster on 2 threads, bench_apps' skl_gbc at 1000 rows (900 k
 # steps) 1.4x slower, both under load
@@ -381,7 +384,8 @@ class Forest:
         order a walk of all trees at once sums them. A smaller forest goes by chunks of rows over all its
         trees, the chunks over the threads."""
         n, trees = x.shape[0], self.n_trees
-        rows = min(n, max(1, _CHUNK // self.group_trees), max(1, _BLOCK_ROW_BYTES // max(1, x[:1].nbytes)))
+        rows = min(n, max(1, _CHUNK // self.group_trees), max(1, _BLOCK_ROW_BYTES // max(1, x[:1].nbytes)),
+                   max(1, _REACHED_BYTES // (8 * trees)))
         rows = -(-n // -(-n // rows))                        # chunks of equal rows
         group = min(trees, max(self.group_trees, _CHUNK // rows))
         if group == trees:
