@@ -30,8 +30,9 @@ threads, alternating with the chunks over every tree: 0.49-0.80x from 300 rows o
 each chunk are gathered for all trees before they are summed, in the same order: bit for bit the same.
 Measured no faster on the 300-tree, 4310-node forest of bench_apps' skl_gbc, and so not used: every
 node's test for every row first, then a walk of the stored outcomes (one row: 22 vs 21 us); feature and
-threshold read as one packed record (a chunk of 109 rows: 434 vs 383 us). Int32 tables for the grouped
-walk (half the bytes, a conversion of the index per gather): within this VM's noise of the int64 ones.
+threshold read as one packed record (a chunk of 109 rows: 434 vs 383 us); int32 tables (half the bytes,
+the index converted per gather): 0.80-0.86x the int64 time in the chunks over every tree, 0.94-1.8x in
+the grouped walk (two runs).
 
 One row: the top levels (up to three) of every tree are decided at once. The tests of a tree's first
 seven nodes in heap order (node p's children at 2p and 2p + 1; a leaf's children are itself) fill eight
