@@ -240,6 +240,29 @@ def end_run() -> None:
     _state.end_run()
 
 
+def settle(timeout: float = 1.0) -> bool:
+    """Read the machine's load until the auto policy has decided the mode of the runs that start next
+    (a process runs in "split" until two idle readings a quarter second apart, _busy), for at most
+    `timeout` seconds, and return whether those runs will split. For tools that time runs (the CLI's
+    bench, profile and run's steady state), which otherwise time that first window: the U-Net on this
+    idle VM, `onnx-mini bench`: 36 ms a run in it, 20-24 after it. It only reads: no thread count
+    changes, and runs in progress keep their mode."""
+    if _OPENBLAS is None:
+        return False
+    if POLICY != "auto":
+        return POLICY in ("split", "managed")
+    end = time.monotonic() + timeout
+    while True:
+        with _state.lock:
+            busy = _busy()
+            now = time.monotonic()
+            decided = not busy or _load.until > now      # idle readings, or a busy one holding "split"
+            wait = _load.next - now
+        if decided or now + wait > end:
+            return busy
+        time.sleep(max(0.0, wait))
+
+
 @contextlib.contextmanager
 def during_run():
     """start_run() ... end_run() as a block."""

@@ -213,6 +213,9 @@ class _Clock:
     def monotonic(self):
         return self.now
 
+    def sleep(self, seconds):
+        self.now += seconds
+
 
 @pytest.fixture
 def auto_policy(monkeypatch):
@@ -269,6 +272,50 @@ def test_auto_policy_after_the_hold_still_needs_idle_readings_in_a_row(auto_poli
         decisions.append(blas._busy())
     assert decisions == [True, False, True, True, False, False, True, True, False]
     assert len(taken) == 9
+
+
+@pytest.fixture
+def fake_openblas(monkeypatch):
+    count = [2]
+    monkeypatch.setattr(blas, "_OPENBLAS", (lambda: count[0], lambda n: count.__setitem__(0, n)))
+    return count
+
+
+def test_settle_reads_until_two_idle_readings_then_reads_no_more(auto_policy, fake_openblas):
+    clock, readings, taken = auto_policy
+    t0 = clock.now
+    readings.extend([0.1, 0.2])
+    assert blas.settle() is False                           # native, decided by the second idle reading
+    assert taken == [t0 + 0.25, t0 + 0.5] and clock.now == t0 + 0.5     # slept until each was due
+    assert blas.settle() is False and len(taken) == 2       # decided: no reading before the next is due
+    assert fake_openblas == [2]                             # reading changes no thread count
+
+
+def test_settle_stops_at_a_busy_reading(auto_policy, fake_openblas):
+    clock, readings, taken = auto_policy
+    readings.append(0.9)
+    assert blas.settle() is True and len(taken) == 1        # the hold decides "split" at once
+
+
+def test_settle_gives_up_at_its_timeout(auto_policy, fake_openblas):
+    clock, readings, taken = auto_policy
+    t0 = clock.now
+    readings.append(0.0)
+    assert blas.settle(timeout=0.3) is True                 # one idle reading; the second not due in time
+    assert taken == [t0 + 0.25] and clock.now == t0 + 0.25
+
+
+@pytest.mark.parametrize("policy, expected", [("split", True), ("managed", True), ("native", False)])
+def test_settle_under_a_forced_policy_reads_nothing(monkeypatch, fake_openblas, policy, expected):
+    monkeypatch.setattr(blas, "POLICY", policy)
+    monkeypatch.setattr(blas, "_busy", lambda: pytest.fail("read the load"))
+    assert blas.settle() is expected
+
+
+def test_settle_without_openblas_reads_nothing(monkeypatch):
+    monkeypatch.setattr(blas, "_OPENBLAS", None)
+    monkeypatch.setattr(blas, "_busy", lambda: pytest.fail("read the load"))
+    assert blas.settle() is False
 
 
 def test_a_reading_compares_the_machine_cpu_with_this_process_own(monkeypatch):
