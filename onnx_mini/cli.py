@@ -469,7 +469,7 @@ def _run(args) -> int:
     sys.stdout.flush()
     times: list[float] = []
     runs = args.runs if args.runs is not None else _AUTO_RUNS if first < _AUTO_FIRST else 0
-    if runs:
+    if runs and sess.prepared.plan.uses_blas:
         from . import blas
         blas.settle()    # the steady state: the mode a long-running process settles in (as bench)
     while len(times) < runs and (args.runs is not None or sum(times) < _AUTO_BUDGET):
@@ -540,8 +540,9 @@ def _bench(args) -> int:
         raise UsageError("--runs must be at least 1 and --warmup at least 0")
     sess, feeds = _session_and_feeds(args)
     names = [o.name for o in sess.get_outputs()]
-    from . import blas
-    blas.settle()        # time the mode a long-running process settles in, not its first half second
+    if sess.prepared.plan.uses_blas:
+        from . import blas
+        blas.settle()    # time the mode a long-running process settles in, not its first half second
     ours = _timed(lambda: sess.run(names, feeds), args.runs, args.warmup, "onnx_mini  ")
     print(f"{args.model}: {args.runs} run(s) after {args.warmup} warm-up run(s)")
     print(f"onnx_mini    {_stats(ours)}")

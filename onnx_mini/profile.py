@@ -371,8 +371,8 @@ def profile(model, feeds, runs: int = 10, *, warmup: int = 1, optimize: bool = T
             progress: Callable[[int, int], None] | None = None) -> Profile:
     """Run `model` (a path, bytes, ModelProto, or a prepared model) `runs` times on `feeds` (a dict
     name -> value, or a list in input order) after `warmup` unrecorded runs, and return the Profile.
-    progress(done, total) is called after each run, warm-up included. The runs start once the BLAS
-    mode is decided (blas.settle: at most 1 s in a new process)."""
+    progress(done, total) is called after each run, warm-up included. A model whose runs manage
+    BLAS starts them once its mode is decided (blas.settle: at most 1 s in a new process)."""
     if runs < 1:
         raise ValueError("runs must be at least 1")
     prepared = model if isinstance(model, PreparedModel) else _prepare(model, optimize)
@@ -382,7 +382,8 @@ def profile(model, feeds, runs: int = 10, *, warmup: int = 1, optimize: bool = T
     constant_bytes = sum(_root_bytes(v, constants) for v in plan.template if v is not None)
     recorder = _Recorder(plan, constants)
     total = warmup + runs
-    blas.settle()        # time the BLAS mode a long-running process settles in, not a new one's first runs
+    if plan.uses_blas and prepared.threads != 1:
+        blas.settle()    # time the BLAS mode a long-running process settles in, not a new one's first runs
     for r in range(total):
         recorder.start(r - warmup if r >= warmup else None)
         with run_scope.running(prepared.threads, plan.uses_blas, prepared.max_tensor_bytes):   # as run() does

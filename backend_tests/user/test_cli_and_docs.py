@@ -347,18 +347,27 @@ def test_run_times_the_first_run_and_the_steady_state(models):
     assert r.returncode == 0 and re.search(r"\nfirst run \d+\.\d+ ms \(load and prepare [\d.]+ ms\)\n$", r.stdout)
 
 
-def test_timing_commands_let_the_blas_mode_settle_first(models, monkeypatch, capsys):
-    # bench, profile (onnx_mini.profile itself) and run's later runs time the mode a long-running process
-    # settles in (blas.settle), not a fresh process's first half second in "split"; run's first run is
-    # timed as it comes
+def test_timing_commands_let_the_blas_mode_settle_first(models, tmp_path, monkeypatch, capsys):
+    # bench, profile (onnx_mini.profile itself) and run's later runs of a model whose runs manage BLAS time
+    # the mode a long-running process settles in (blas.settle), not a fresh process's first half second
+    # in "split"; run's first run is timed as it comes, and a model without products reads nothing
     from onnx_mini import blas
     calls = []
     monkeypatch.setattr(blas, "settle", lambda timeout=1.0: calls.append(timeout) or False)
-    sales = str(models["sales"])
-    assert main(["bench", sales, "--runs", "1", "--warmup", "0"]) == 0 and len(calls) == 1
-    assert main(["profile", sales, "--runs", "1"]) == 0 and len(calls) == 2
-    assert main(["run", sales, "--runs", "2"]) == 0 and len(calls) == 3
-    assert main(["run", sales, "--runs", "0"]) == 0 and len(calls) == 3
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "product",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+                              [numpy_helper.from_array(np.ones((3, 4), np.float32), "w")])
+    product = str(tmp_path / "product.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10), product)
+    assert main(["bench", product, "--runs", "1", "--warmup", "0"]) == 0 and len(calls) == 1
+    assert main(["profile", product, "--runs", "1"]) == 0 and len(calls) == 2
+    assert main(["run", product, "--runs", "2"]) == 0 and len(calls) == 3
+    assert main(["run", product, "--runs", "0"]) == 0 and len(calls) == 3
+    sales = str(models["sales"])                    # lookups and arithmetic: no product, no BLAS
+    for command in (["bench", sales, "--runs", "1", "--warmup", "0"], ["profile", sales, "--runs", "1"],
+                    ["run", sales, "--runs", "2"]):
+        assert main(command) == 0 and len(calls) == 3, command
 
 
 def test_no_optimize_runs_the_graph_as_written(models, tmp_path, monkeypatch, capsys):
