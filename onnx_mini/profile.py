@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import blas, run_scope
+from . import run_scope
 from .engine import PreparedModel, StepClock, prepare
 from .executor import execute
 from .inputs import bind_inputs
@@ -372,7 +372,7 @@ def profile(model, feeds, runs: int = 10, *, warmup: int = 1, optimize: bool = T
     """Run `model` (a path, bytes, ModelProto, or a prepared model) `runs` times on `feeds` (a dict
     name -> value, or a list in input order) after `warmup` unrecorded runs, and return the Profile.
     progress(done, total) is called after each run, warm-up included. A model whose runs manage
-    BLAS starts them once its mode is decided (blas.settle: at most 1 s in a new process)."""
+    BLAS starts them once its mode is decided (run_scope.settle: at most 1 s in a new process)."""
     if runs < 1:
         raise ValueError("runs must be at least 1")
     prepared = model if isinstance(model, PreparedModel) else _prepare(model, optimize)
@@ -382,8 +382,7 @@ def profile(model, feeds, runs: int = 10, *, warmup: int = 1, optimize: bool = T
     constant_bytes = sum(_root_bytes(v, constants) for v in plan.template if v is not None)
     recorder = _Recorder(plan, constants)
     total = warmup + runs
-    if plan.uses_blas and prepared.threads != 1:
-        blas.settle()    # time the BLAS mode a long-running process settles in, not a new one's first runs
+    run_scope.settle(prepared.threads, plan.uses_blas)     # not a new process's first runs' mode
     for r in range(total):
         recorder.start(r - warmup if r >= warmup else None)
         with run_scope.running(prepared.threads, plan.uses_blas, prepared.max_tensor_bytes):   # as run() does

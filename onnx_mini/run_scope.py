@@ -6,7 +6,8 @@ plan has heavy steps (blas.start_run: OpenBLAS's thread count changes only while
 progress), puts the model's own tensor size limit in force (dtypes.enter_model_limits), starts a
 generation of the recycled buffers and, only if the user opted in (ONNX_MINI_MALLOC=tuned), tunes
 glibc's malloc at the first run (memory.begin_run).
-Every run goes through it: PreparedModel.run, compare, profile.
+Every run goes through it: PreparedModel.run, compare, profile. `settle(threads, uses_blas)` is for the
+tools that time runs: they start once the BLAS mode such runs take is decided (blas.settle).
 
 It sits above parallel, blas and memory (and the leaf dtypes) so that none of them imports another
 to set up a run (parallel imports no onnx_mini module, blas imports parallel only, memory none).
@@ -71,3 +72,12 @@ def running(threads: int | None = None, uses_blas: bool = True, max_tensor_bytes
         yield
     finally:
         leave(scope)
+
+
+def settle(threads: int | None = None, uses_blas: bool = True) -> None:
+    """Before timing runs of a plan (the CLI's bench and run's steady state, profile): wait until the
+    BLAS mode those runs take is decided (blas.settle: a new process runs "split" until the machine reads
+    idle), where it is in question: a plan that manages BLAS and is not capped to one thread (a sequential
+    run splits whatever the load)."""
+    if uses_blas and threads != 1:
+        blas.settle()

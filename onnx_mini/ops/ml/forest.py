@@ -404,7 +404,7 @@ class Forest:
             b = min(a + rows, n)
             reached = np.empty((b - a, trees), np.float64 if gathered else np.intp)
 
-            def walk(k, a=a, b=b, reached=reached):
+            def walk(k):         # (shared returns once every group is done: a, b, reached are this chunk's)
                 g = slice(k * group, (k + 1) * group)
                 leaves = self._leaves_walk(x[a:b], g)
                 reached[:, g] = self.value.take(leaves) if gathered else leaves
