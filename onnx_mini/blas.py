@@ -68,6 +68,13 @@ def _find_openblas():
 
 
 POLICY = os.environ.get("ONNX_MINI_BLAS_THREADS", "auto").lower()      # auto, split (managed), native
+
+
+def _forced_split() -> bool:
+    """Whether the policy puts every run in "split" mode whatever the load."""
+    return POLICY in ("split", "managed")
+
+
 _OPENBLAS = None if POLICY == "native" else _find_openblas()
 _CPUS = os.cpu_count() or 1
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -198,7 +205,7 @@ class _ThreadState:
                     # the first run: OpenBLAS's count now, maybe the user's since the last run, is
                     # the one to give back
                     self.saved = self.current = _OPENBLAS[0]()
-                self.split = single or POLICY in ("split", "managed") or (POLICY == "auto" and _busy())
+                self.split = single or _forced_split() or (POLICY == "auto" and _busy())
             elif single:       # a sequential run joins native ones: one BLAS thread for all
                 self.split = True
             self.runs += 1
@@ -250,7 +257,7 @@ def settle(timeout: float = 1.0) -> bool:
     if _OPENBLAS is None:
         return False
     if POLICY != "auto":
-        return POLICY in ("split", "managed")
+        return _forced_split()
     end = time.monotonic() + timeout
     while True:
         with _state.lock:
