@@ -30,8 +30,9 @@ Facts about an operator that the planner reads are arguments of @kernel, never n
   arrays with numpy broadcasting, which the planner may point at an input's buffer when that input
   dies at the step;
 - `views`: the result may be a view of the first input (Reshape, Squeeze, Identity, ...);
-- `rank`: what the optimiser may assume of the output's rank: "first" (the first input's), or
-  "broadcast" (the largest of the inputs');
+- `rank`: what the optimiser may assume of the output's rank: "first" (the first input's),
+  "broadcast" (the largest of the inputs'), or "squeeze" / "unsqueeze" (the first input's less / plus
+  the number of `axes`, the attribute or a constant second input; unknown without them);
 - `until`: the first opset of the domain in which the operator no longer exists (an operator onnx
   removed, which therefore has no schema saying so: ImageScaler).
 """
@@ -64,7 +65,7 @@ class KernelSpec:
     heavy: bool = False            # worth a thread hand-off (schedule.py)
     in_place: Callable | None = None   # f(*inputs, out=) for float32/64 (inplace.py)
     views: bool = False            # the result may be a view of the first input
-    rank: str | None = None        # "first": the output has the first input's rank; "broadcast": the largest
+    rank: str | None = None        # "first", "broadcast", "squeeze", "unsqueeze": see the module doc
     until: int | None = None       # first opset without the operator (removed from the spec), None: still there
 
 
@@ -117,8 +118,8 @@ def kernel(op_type: str, since, domain: str = "", multi_output: bool | None = No
     """
     versions = _versions(since)
     domain = normalize_domain(domain)
-    if rank not in (None, "first", "broadcast"):
-        raise ValueError(f"rank must be None, 'first' or 'broadcast', got {rank!r}")
+    if rank not in (None, "first", "broadcast", "squeeze", "unsqueeze"):
+        raise ValueError(f"rank must be None, 'first', 'broadcast', 'squeeze' or 'unsqueeze', got {rank!r}")
     facts = dict(foldable=foldable, heavy=heavy, in_place=in_place, views=views, rank=rank, until=until)
 
     def register(factory: Callable) -> Callable:

@@ -253,17 +253,18 @@ def test_dropout_mask_type(version, mask_type):
 RANK_FIRST = {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "HardSigmoid", "HardSwish", "Elu", "Selu", "Dropout",
               "Identity", "Cast", "BatchNormalization", "InstanceNormalization", "LRN", "MaxPool", "AveragePool",
               "LpPool", "GlobalAveragePool", "GlobalMaxPool", "Concat", "Softmax", "LayerNormalization", "Swish",
-              "Gelu", "Neg", "Exp", "Sqrt", "Abs", "Erf", "PRelu"}
+              "Gelu", "Neg", "Exp", "Sqrt", "Abs", "Erf", "PRelu", "Slice", "Transpose"}
 RANK_BROADCAST = {"Add", "Sub", "Mul", "Div", "Sum", "Max", "Min"}
+RANK_AXES = {"Squeeze": "squeeze", "Unsqueeze": "unsqueeze"}
 
 
 def test_rank_facts_of_the_default_domain():
     """Every version of each listed op declares its rule; no other default-domain op declares one."""
     declared = {(op, v): spec.rank for (d, op, v), spec in SPECS.items() if d == ""}
     for (op, v), rank in declared.items():
-        want = "first" if op in RANK_FIRST else "broadcast" if op in RANK_BROADCAST else None
+        want = "first" if op in RANK_FIRST else "broadcast" if op in RANK_BROADCAST else RANK_AXES.get(op)
         assert rank == want, (op, v, rank)
-    assert {op for op, _ in declared} >= RANK_FIRST | RANK_BROADCAST
+    assert {op for op, _ in declared} >= RANK_FIRST | RANK_BROADCAST | set(RANK_AXES)
 
 
 def test_rank_fact_drives_the_optimiser():
@@ -280,3 +281,26 @@ def test_rank_fact_drives_the_optimiser():
     m = load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], ir_version=10))
     ctx = Context(m.graph, m.opsets)
     assert (ctx.rank("r"), ctx.rank("a"), ctx.rank("m")) == (3, 3, None)
+
+
+@pytest.mark.parametrize("version", [11, 13])
+def test_rank_facts_of_squeeze_and_unsqueeze(version):
+    """Squeeze / Unsqueeze: the input's rank less / plus the number of axes (the attribute before opset
+    13, a constant input from 13 on); Squeeze without axes: unknown (it drops every axis of size 1)."""
+    from onnx import helper, numpy_helper
+
+    from onnx_mini.loader import load
+    from onnx_mini.optimize._context import Context
+
+    def axes_of(op, values, out):
+        if version < 13:
+            return helper.make_node(op, ["x"], [out], axes=values)
+        return helper.make_node(op, ["x", out + "_axes"], [out])
+    nodes = [axes_of("Squeeze", [1], "s"), axes_of("Unsqueeze", [0, 4], "u"), helper.make_node("Squeeze", ["x"], ["n"])]
+    inits = [] if version < 13 else [numpy_helper.from_array(np.array(v, np.int64), n)
+                                     for v, n in (([1], "s_axes"), ([0, 4], "u_axes"))]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [2, 1, 4])],
+                          [helper.make_tensor_value_info(o, T.FLOAT, None) for o in ("s", "u", "n")], inits)
+    m = load(helper.make_model(g, opset_imports=[helper.make_opsetid("", version)], ir_version=7))
+    ctx = Context(m.graph, m.opsets)
+    assert (ctx.rank("s"), ctx.rank("u"), ctx.rank("n")) == (2, 5, None)

@@ -626,6 +626,84 @@ def test_gelu_tanh_form(cube):
     check(model(nodes, [("x", F, None)], [("y", F, None)], inits, opset=13), [rand(4, 5) * 3], [(FUSED, "Gelu")])
 
 
+def _gelu_tanh_tail(x, inner, one="one"):
+    """sqrt(2/pi) * inner, Tanh, + one, * 0.5, * x, as jax2tf writes them (constants first)."""
+    return [helper.make_node("Mul", ["k2", inner], ["u"]), helper.make_node("Tanh", ["u"], ["t"]),
+            helper.make_node("Add", [one, "t"], ["a"]), helper.make_node("Mul", ["half", "a"], ["h"]),
+            helper.make_node("Mul", [x, "h"], ["y"])]
+
+
+GELU_INITS = [const("k1", 0.044715), const("k2", math.sqrt(2 / math.pi)), const("one", 1.0), const("half", 0.5)]
+
+
+@pytest.mark.parametrize("grouping", ["jax2tf", "constant_second", "constant_last"])
+def test_gelu_tanh_cube_in_any_grouping(grouping):
+    """0.044715 * x^3 as three products of x, x, x and the constant in any order (jax2tf, as in Google's
+    Magika model: x * (x * (0.044715 * x))): one Gelu, the values of the nodes as written."""
+    products = {"jax2tf": [("k1", "x", "p1"), ("x", "p1", "p2"), ("x", "p2", "q")],
+                "constant_second": [("x", "x", "p1"), ("p1", "k1", "p2"), ("p2", "x", "q")],
+                "constant_last": [("x", "x", "p1"), ("x", "p1", "p2"), ("p2", "k1", "q")]}[grouping]
+    nodes = [helper.make_node("Mul", [a, b], [o]) for a, b, o in products]
+    nodes += [helper.make_node("Add", ["x", "q"], ["i"]), *_gelu_tanh_tail("x", "i")]
+    m = model(nodes, [("x", F, None)], [("y", F, None)], GELU_INITS, opset=13)
+    x = rand(4, 5) * 3
+    opt = check(m, [x], [(FUSED, "Gelu")])
+    u = math.sqrt(2 / math.pi) * (x.astype(np.float64) + 0.044715 * x.astype(np.float64) ** 3)
+    np.testing.assert_allclose(opt.run([x])[0], 0.5 * x * (1 + np.tanh(u)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", ["square", "fourth_power", "other_value", "product_read_elsewhere"])
+def test_gelu_tanh_other_products_left_alone(case):
+    """x^2 * c, x^4 * c, a product with another value, or a partial product read by another node: no
+    Gelu (the nodes stay as written)."""
+    products = [("k1", "x", "p1"), ("x", "p1", "p2"), ("x", "p2", "q")]
+    outputs = [("y", F, None)]
+    if case == "square":
+        products = [("k1", "x", "p1"), ("x", "p1", "q")]
+    elif case == "fourth_power":
+        products = [("k1", "x", "p1"), ("x", "p1", "p2"), ("x", "p2", "p3"), ("x", "p3", "q")]
+    elif case == "other_value":
+        products[1] = ("x2", "p1", "p2")
+    else:
+        outputs.append(("p2", F, None))
+    nodes = [helper.make_node("Mul", [a, b], [o]) for a, b, o in products]
+    nodes += [helper.make_node("Add", ["x", "q"], ["i"]), *_gelu_tanh_tail("x", "i")]
+    m = model(nodes, [("x", F, None), ("x2", F, None)], outputs, GELU_INITS, opset=13)
+    opt = onnx_mini.prepare(m)
+    assert (FUSED, "Gelu") not in steps(opt)
+    x, x2 = rand(4, 5), rand(4, 5)
+    for g, r in zip(opt.run([x, x2]), onnx_mini.prepare(m, optimize=False).run([x, x2])):
+        np.testing.assert_array_equal(g, r)
+
+
+@pytest.mark.parametrize("through", ["Slice", "Squeeze", "Unsqueeze", "Transpose", "Squeeze-no-axes"])
+def test_gelu_tanh_with_a_constant_of_the_input_rank(through):
+    """A [1, 1, 1] constant may only join a Gelu when x's rank is known to be 3: the ranks of Slice and
+    Transpose (their input's), Squeeze and Unsqueeze (less / plus their constant axes) are carried from
+    a declared rank-4 (or 2) input; Squeeze without axes says nothing of the rank, so the nodes stay."""
+    one3 = init("one3", np.ones((1, 1, 1), np.float32))
+    shape = [2, 3, 4, 1] if through != "Unsqueeze" else [2, 3]
+    pre = {"Slice": [helper.make_node("Slice", ["v", "s0", "s1", "ax"], ["x4"]),
+                     helper.make_node("Squeeze", ["x4", "ax"], ["x"])],
+           "Squeeze": [helper.make_node("Squeeze", ["v", "ax"], ["x"])],
+           "Unsqueeze": [helper.make_node("Unsqueeze", ["v", "ax0"], ["x"])],
+           "Transpose": [helper.make_node("Transpose", ["v"], ["x4"], perm=[0, 2, 1, 3]),
+                         helper.make_node("Squeeze", ["x4", "ax"], ["x"])],
+           "Squeeze-no-axes": [helper.make_node("Squeeze", ["v"], ["x"])]}[through]
+    products = [("k1", "x", "p1"), ("x", "p1", "p2"), ("x", "p2", "q")]
+    nodes = pre + [helper.make_node("Mul", [a, b], [o]) for a, b, o in products]
+    nodes += [helper.make_node("Add", ["x", "q"], ["i"]), *_gelu_tanh_tail("x", "i", one="one3")]
+    inits = GELU_INITS + [one3, init("s0", np.array([0], np.int64)), init("s1", np.array([1], np.int64)),
+                          init("ax", np.array([3], np.int64)), init("ax0", np.array([0], np.int64))]
+    m = model(nodes, [("v", F, shape)], [("y", F, None)], inits, opset=13)
+    v = rand(*shape) * 3
+    opt = onnx_mini.prepare(m)
+    assert ((FUSED, "Gelu") in steps(opt)) == (through != "Squeeze-no-axes")
+    got, want = opt.run([v])[0], onnx_mini.prepare(m, optimize=False).run([v])[0]
+    assert got.shape == want.shape == {"Unsqueeze": (1, 2, 3), "Transpose": (2, 4, 3)}.get(through, (2, 3, 4))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 def test_gelu_with_wrong_constant_is_not_fused():
     nodes = [helper.make_node("Div", ["x", "c"], ["t"]), helper.make_node("Erf", ["t"], ["e"]),
              helper.make_node("Add", ["e", "one"], ["a"]), helper.make_node("Mul", ["x", "a"], ["m"]),

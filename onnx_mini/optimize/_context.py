@@ -293,8 +293,11 @@ class Context:
         shape = self.static_shape(name)
         if shape is not None:
             return len(shape), None
-        for vi in (*self.graph.inputs, *self.graph.outputs):
+        for vi in self.graph.inputs:
             if vi.name == name and name not in self.initializers:
+                return _declared_rank(vi), None
+        for vi in self.graph.outputs:       # an output declared without a shape: its producer may tell
+            if vi.name == name and _declared_rank(vi) is not None:
                 return _declared_rank(vi), None
         vi = self.graph.value_info.get(name)
         if vi is not None and _declared_rank(vi) is not None:
@@ -321,6 +324,14 @@ class Context:
             return None, ([node.inputs[0]], _first)
         if rule == "broadcast":      # legacy broadcasting (opset < 7) also keeps the larger rank
             return None, ([x for x in node.inputs if x], _largest)
+        if rule in ("squeeze", "unsqueeze"):
+            axes = node.attrs.get("axes")
+            if axes is None and len(node.inputs) > 1 and node.inputs[1] and self.is_constant(node.inputs[1]):
+                axes = self.value(node.inputs[1])
+            if axes is None:            # Squeeze without axes drops every axis of size 1: not known here
+                return None, None
+            n = len(np.asarray(axes).reshape(-1)) * (1 if rule == "unsqueeze" else -1)
+            return None, ([node.inputs[0]], lambda ranks: None if ranks[0] is None else ranks[0] + n)
         return None, None
 
     def graph_result(self) -> Graph:

@@ -6,7 +6,8 @@
                                                                        -> ClipSwish(x, scale_op, scale)
 - Gelu (erf):    x * 0.5 * (1 + Erf(x / sqrt(2)))  (Div by sqrt 2 or Mul by 1/sqrt 2; the three products
                  in any grouping)                                      -> Gelu(x)
-- Gelu (tanh):   x * 0.5 * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))  (Pow(x, 3) or x*x*x)
+- Gelu (tanh):   x * 0.5 * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))  (Pow(x, 3) or x*x*x, the
+                 four factors of 0.044715 * x^3 in any grouping: jax2tf's x * (x * (0.044715 * x)))
                                                                        -> Gelu(x, approximate='tanh')
 - LayerNorm:     ReduceMean, Sub, Pow 2 (or Mul d*d), ReduceMean, Add eps, Sqrt, Div, Mul scale, Add bias
                                                                        -> LayerNormalization(x, scale, bias)
@@ -206,20 +207,35 @@ def _gelu_erf(ctx: Context, erf) -> bool:
     return _fuse(ctx, [pre, erf, *tail], "Gelu", (x,), {"approximate": "none"})
 
 
-def _cube(ctx: Context, name: str, reader):
-    """(nodes, x) when `name` is x^3 read by `reader` alone: Pow(x, 3), or x * (x * x) / (x * x) * x."""
+def _product_leaves(ctx: Context, name: str, reader, nodes: list, leaves: list) -> None:
+    """The factors of `name` as a tree of Mul nodes, each read by the next alone (appended to nodes),
+    Pow(x, 3) counted as three factors x; anything else is a leaf. At most three nodes in all: a
+    product of four factors has three."""
     p = ctx.producer.get(name)
-    if p is None or not ctx.only_consumer(name, reader) or len(p.inputs) != 2:
+    if (p is not None and len(nodes) < 3 and len(p.inputs) == 2 and _out(p) == name
+            and ctx.only_consumer(name, reader)):
+        if ctx.is_op(p, "Mul"):
+            nodes.append(p)
+            for i in p.inputs:
+                _product_leaves(ctx, i, p, nodes, leaves)
+            return
+        if ctx.is_op(p, "Pow", _POW) and _const(ctx, p.inputs[1], 3.0, p.inputs[0]):
+            nodes.append(p)
+            leaves += [p.inputs[0]] * 3
+            return
+    leaves.append(name)
+
+
+def _scaled_cube(ctx: Context, name: str, reader, x: str):
+    """The nodes making `name` = 0.044715 * x^3 read by `reader` alone, in any grouping of the product:
+    (x^3) * c with x^3 = Pow(x, 3), x * (x * x) or (x * x) * x, or c folded in anywhere (jax2tf writes
+    x * (x * (c * x))); else None."""
+    nodes, leaves = [], []
+    _product_leaves(ctx, name, reader, nodes, leaves)
+    if not nodes or len(leaves) != 4 or leaves.count(x) != 3:
         return None
-    if ctx.is_op(p, "Pow", _POW) and _const(ctx, p.inputs[1], 3.0, p.inputs[0]):
-        return [p], p.inputs[0]
-    if ctx.is_op(p, "Mul"):
-        for i in (0, 1):
-            sq = _prev(ctx, p.inputs[i], "Mul", p)
-            x = p.inputs[1 - i]
-            if sq is not None and sq.inputs == (x, x):
-                return [sq, p], x
-    return None
+    c = next(v for v in leaves if v != x)
+    return nodes if _const(ctx, c, 0.044715, x) else None
 
 
 def _gelu_tanh(ctx: Context, th) -> bool:
@@ -235,19 +251,15 @@ def _gelu_tanh(ctx: Context, th) -> bool:
             continue
         for j in (0, 1):
             x = inner.inputs[1 - j]
-            q = _prev(ctx, inner.inputs[j], "Mul", inner)
-            if q is None or len(q.inputs) != 2:
+            cube = _scaled_cube(ctx, inner.inputs[j], inner, x)
+            if cube is None:
                 continue
-            for t in (0, 1):
-                cube = _cube(ctx, q.inputs[t], q)
-                if cube is None or cube[1] != x or not _const(ctx, q.inputs[1 - t], 0.044715, x):
-                    continue
-                if not _const(ctx, scale.inputs[1 - i], k, x):
-                    return False
-                tail = _gelu_tail(ctx, th, x)
-                if tail is None:
-                    return False
-                return _fuse(ctx, [*cube[0], q, inner, scale, th, *tail], "Gelu", (x,), {"approximate": "tanh"})
+            if not _const(ctx, scale.inputs[1 - i], k, x):
+                return False
+            tail = _gelu_tail(ctx, th, x)
+            if tail is None:
+                return False
+            return _fuse(ctx, [*cube, inner, scale, th, *tail], "Gelu", (x,), {"approximate": "tanh"})
     return False
 
 

@@ -191,28 +191,28 @@ def _fixed_axes(shape_of, per_call, constants, required: bool):
     return run
 
 
-@kernel("Squeeze", since=(1, 11), views=True)
+@kernel("Squeeze", since=(1, 11), views=True, rank="squeeze")
 def squeeze_1(*, axes=None):
     axes = None if axes is None else list(axes)
     out_shape = by_shape(lambda shape: squeezed_shape(shape, axes))
     return lambda data: data.reshape(out_shape(data.shape))
 
 
-@kernel("Squeeze", since=(13, 21, 23, 24, 25), views=True)
+@kernel("Squeeze", since=(13, 21, 23, 24, 25), views=True, rank="squeeze")
 def squeeze_13(*, _constants=None):
     def run(data, axes=None):
         return squeeze(data, None if axes is None else int_list(axes, "axes"))
     return _fixed_axes(squeezed_shape, run, _constants, required=False)
 
 
-@kernel("Unsqueeze", since=(1, 11), views=True)
+@kernel("Unsqueeze", since=(1, 11), views=True, rank="unsqueeze")
 def unsqueeze_1(*, axes):
     axes = list(axes)
     out_shape = by_shape(lambda shape: unsqueezed_shape(shape, axes))
     return lambda data: data.reshape(out_shape(data.shape))
 
 
-@kernel("Unsqueeze", since=(13, 21, 23, 24, 25), views=True)
+@kernel("Unsqueeze", since=(13, 21, 23, 24, 25), views=True, rank="unsqueeze")
 def unsqueeze_13(*, _constants=None):
     def run(data, axes):
         return unsqueeze(data, int_list(axes, "axes"))
@@ -221,7 +221,7 @@ def unsqueeze_13(*, _constants=None):
 
 # -- Transpose -----------------------------------------------------------------------------------
 
-@kernel("Transpose", since=(1, 13, 21, 23, 24, 25), views=True)
+@kernel("Transpose", since=(1, 13, 21, 23, 24, 25), views=True, rank="first")
 def transpose_1(*, perm=None):
     if perm is None:
         return np.transpose          # reverses the axes; a view

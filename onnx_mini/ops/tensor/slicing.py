@@ -205,7 +205,7 @@ def slice_tensor(data: np.ndarray, starts: list, ends: list, axes, steps) -> np.
     return data if index is None else data[index]
 
 
-@kernel("Slice", since=1, views=True)
+@kernel("Slice", since=1, views=True, rank="first")
 def slice_1(*, starts, ends, axes=None):
     starts, ends = list(starts), list(ends)
     axes = None if axes is None else list(axes)
@@ -217,7 +217,7 @@ def slice_1(*, starts, ends, axes=None):
     return run
 
 
-@kernel("Slice", since=(10, 11, 13), views=True)
+@kernel("Slice", since=(10, 11, 13), views=True, rank="first")
 def slice_10(*, _constants=None):
     def run(data, starts, ends, axes=None, steps=None):
         return slice_tensor(data, int_list(starts, "starts"), int_list(ends, "ends"),
