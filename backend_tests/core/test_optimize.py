@@ -1449,3 +1449,85 @@ def test_rank_through_a_chain_deeper_than_pythons_recursion_limit():
     m = model(nodes, [("x", F, [2, 3])], [("y", F, None)], [const("one", [1.0])] + _clip_swish_inits())
     opt = onnx_mini.prepare(m)          # (the module's filter turns an OptimizationWarning into an error)
     assert steps(opt)[-1] == (FUSED, "ClipSwish") and len(steps(opt)) == 3001
+
+
+# -- one-hot product: MatMul(Cast(Equal(A, C)), E) -> OneHotMatMul -----------------------------------
+
+def _one_hot_model(c, e, a_shape, cast_to=F, extra_output=None, a_type=TensorProto.INT32):
+    nodes = [helper.make_node("Equal", ["a", "c"], ["eq"]), helper.make_node("Cast", ["eq"], ["h"], to=cast_to),
+             helper.make_node("MatMul", ["h", "e"], ["y"])]
+    outputs = [("y", F if cast_to == F else cast_to, None)] + ([(extra_output, TensorProto.BOOL, None)]
+                                                             if extra_output else [])
+    return model(nodes, [("a", a_type, a_shape)], outputs, [init("c", c), init("e", e)], opset=13)
+
+
+def _one_hot_table(e):
+    """E with a few signed zeros, as the product (accumulated from +0) gives them: +0."""
+    e = e.copy()
+    e[0, 0], e[1, 2] = -0.0, 0.0
+    return e
+
+
+@pytest.mark.parametrize("values", ["arange", "scattered"])
+def test_one_hot_product_gathers_rows(values):
+    """jax2tf's one_hot + Dense (Magika): A [N, L, 1] against C [1, 1, K]; rows of E where A matches,
+    zeros where it does not (values outside C); bit for bit the written ops' result (signed zeros too)."""
+    k, d = 7, 5
+    c = (np.arange(k) if values == "arange" else np.array([5, 3, 9, -2, 40, 0, 11])).astype(np.int32).reshape(1, 1, k)
+    e = _one_hot_table(rand(k, d))
+    a = np.array([[-3, 0, 1, 6, 7, 40], [11, 9, -2, 2, 100, 5]], np.int32).reshape(2, 6, 1)
+    m = _one_hot_model(c, e, [2, 6, 1])
+    opt = onnx_mini.prepare(m)
+    assert steps(opt) == [(FUSED, "OneHotMatMul")]
+    got, want = opt.run([a])[0], onnx_mini.prepare(m, optimize=False).run([a])[0]
+    assert got.shape == want.shape == (2, 6, d) and got.dtype == want.dtype == np.float32
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    flat = c.reshape(-1).tolist()      # by hand: E's row where a value is in C, else zeros
+    expect = np.array([e[flat.index(v)] + 0.0 if v in flat else np.zeros(d, np.float32) for v in a.reshape(-1)])
+    np.testing.assert_array_equal(got.reshape(-1, d), expect)
+
+
+def test_one_hot_product_other_shapes_take_the_written_ops():
+    """A whose last axis is not 1 (an elementwise Equal, no one-hot) and A of lower rank than C: the
+    written ops' values and shapes."""
+    k, d = 4, 3
+    c = np.arange(k, dtype=np.int64).reshape(1, 1, k)
+    e = rand(k, d, dtype=np.float64)
+    m = _one_hot_model(c, e, None, cast_to=TensorProto.DOUBLE, a_type=TensorProto.INT64)
+    opt, raw = onnx_mini.prepare(m), onnx_mini.prepare(m, optimize=False)
+    assert steps(opt) == [(FUSED, "OneHotMatMul")]
+    for a in (np.array([[0, 3, 2, 9], [1, 1, 0, 2]], np.int64),      # [2, 4]: compared element by element
+              np.array([[2], [0], [5]], np.int64),                      # [3, 1]: one-hot, the product [1, 3, 3]
+              np.array([3], np.int64)):
+        got, want = opt.run([a])[0], raw.run([a])[0]
+        assert got.shape == want.shape and got.dtype == want.dtype == np.float64
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("case", ["infinite_weight", "repeated_value", "cast_to_int", "one_hot_read_elsewhere",
+                                  "float_values"])
+def test_one_hot_product_left_alone(case):
+    """E not finite (0 * inf is NaN in the product), C with a repeated value (two ones in a row), a Cast
+    to another type than E's, the one-hot read by another node, or C of floats: the nodes stay."""
+    k, d = 4, 3
+    c = np.arange(k, dtype=np.int32).reshape(1, k)
+    e = rand(k, d)
+    kw = {}
+    if case == "infinite_weight":
+        e[2, 1] = np.inf
+    elif case == "repeated_value":
+        c = np.array([[0, 1, 1, 3]], np.int32)
+    elif case == "cast_to_int":
+        kw["cast_to"] = TensorProto.INT32
+        e = np.arange(k * d, dtype=np.int32).reshape(k, d)
+    elif case == "one_hot_read_elsewhere":
+        kw["extra_output"] = "eq"
+    else:
+        c = c.astype(np.float32)
+        kw["a_type"] = F
+    m = _one_hot_model(c, e, [5, 1], **kw)
+    opt = onnx_mini.prepare(m)
+    assert (FUSED, "OneHotMatMul") not in steps(opt)
+    a = np.array([[0], [3], [1], [7], [2]], c.dtype)
+    for g, r in zip(opt.run([a]), onnx_mini.prepare(m, optimize=False).run([a])):
+        np.testing.assert_array_equal(g, r)

@@ -12,6 +12,7 @@ QuantizeDequantize: a QuantizeLinear read back by its DequantizeLinear (optimize
 ChannelAffine: inference BatchNormalization with its factor and shift computed at prepare time.
 Swish, Gelu, LayerNormalization: the standard kernels, for models whose opset predates the op.
 Attention: softmax(Q K' / c + mask) V with the scores worked on in place.
+OneHotMatMul: a one-hot (Equal with a constant row, Cast) times a constant matrix, as a gather of its rows.
 ConvNHWC, QLinearConvNHWC: Conv and QLinearConv on channels-last data (optimize/channels_last.py).
 Conv and ConvNHWC with `requantize`: the QuantizeDequantize / LookupTable step after them run in place
 in their epilogue (optimize/requantize.py).
@@ -489,6 +490,47 @@ def fused_clip_swish(*, scale_op="Div", scale=6.0):
 def fused_gelu(*, approximate="none"):
     """Gelu written with Erf (approximate='none') or Tanh ('tanh') as elementary nodes."""
     return gelu_20(approximate=approximate)
+
+
+@kernel("OneHotMatMul", since=1, domain=FUSED_DOMAIN, multi_output=False)
+def fused_one_hot_matmul(*, _constants=None):
+    """MatMul(Cast(Equal(A, C)), E) with C a constant integer row of K distinct values and E a constant
+    finite (K, D) float matrix (optimize/patterns.py), as jax2tf writes one_hot followed by a Dense
+    layer (Google's Magika). Where A's last axis is 1, each row of the product is E's row j for the j
+    with A = C[j], zeros when there is none: exactly the product's value (one term 1 * E[j], the others
+    0 * E[i] = +-0; a zero sum +0, as the BLAS accumulates from +0: the table holds E + 0.0). Gathered
+    from that table (its row K the zeros) rather than multiplied. Any other A (its last axis not 1,
+    another type) takes the three ops as written."""
+    constants = _constants or {}
+    c, e = constants.get(1), constants.get(2)
+    mm = matmul_1()
+    table = None
+    if (c is not None and e is not None and (c.dtype.kind == "i" or (c.dtype.kind == "u" and c.dtype.itemsize < 8))
+            and e.ndim == 2 and e.dtype in _INPLACE):          # (C's values exact in int64)
+        values = c.reshape(-1).astype(np.int64)
+        if values.size == e.shape[0] and values.size == np.unique(values).size and np.isfinite(e).all():
+            table = np.concatenate([e + e.dtype.type(0), np.zeros((1, e.shape[1]), e.dtype)])
+            k, lo = values.size, int(values[0])
+            dense = bool(np.array_equal(values, np.arange(lo, lo + k)))       # C = lo, lo + 1, ...
+            order = np.argsort(values)
+            ordered = values[order]
+
+    def row_of(v):
+        """The table's row for each value of v (int64): j with C[j] = v, else K."""
+        if dense:
+            j = v - lo
+            j[(j < 0) | (j >= k)] = k
+            return j
+        at = np.minimum(np.searchsorted(ordered, v), k - 1)
+        return np.where(ordered[at] == v, order[at], k)
+
+    def run(a, c_, e_):
+        if table is None or c_ is not c or e_ is not e or a.dtype != c.dtype or a.ndim == 0 or a.shape[-1] != 1:
+            return mm(np.equal(a, c_).astype(e_.dtype), e_)
+        rows = row_of(a.reshape(-1).astype(np.int64))
+        # C of a higher rank than A: the one-hot (and the product) gain its leading axes
+        return table[rows].reshape((1,) * (c.ndim - a.ndim) + a.shape[:-1] + table.shape[1:])
+    return run
 
 
 @kernel("LayerNormalization", since=1, domain=FUSED_DOMAIN, multi_output=False, rank="first")

@@ -7,7 +7,8 @@ or captured by a subgraph, and keep results within the official tolerances:
 
 - patterns.py: LayerNormalization, Gelu (Erf and Tanh forms), SiLU and softmax(QK'/sqrt(d) + mask)V
   written as elementary ops become one kernel each; so does quantize_dynamic's MatMulInteger -> Cast ->
-  Mul(scale) -> Add(bias), bit for bit, with a Gelu that alone reads it;
+  Mul(scale) -> Add(bias), bit for bit, with a Gelu that alone reads it, and a one-hot (Equal with a
+  constant row of distinct values, Cast) times a constant matrix, bit for bit, as a gather of its rows;
 - shapes.py: Shape of a value whose shape is fixed before run becomes a constant, so the
   Shape -> Gather -> Concat -> Reshape chains after it fold;
 - identities.py: Identity, inference Dropout and Reshape to the same shape bypassed (readers read

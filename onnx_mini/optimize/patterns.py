@@ -25,6 +25,9 @@
                  joint product stays exact in float32           -> MatMulIntegerScaledGroup (one output each)
 - int8 + Gelu:   a MatMulIntegerScaled step whose result a Gelu alone reads
                                                   -> MatMulIntegerScaled(activation="Gelu", approximate=its own)
+- one-hot product: MatMul(Cast(Equal(A, C)), E), C a constant integer [1, ..., 1, K] of distinct values,
+                 E a constant finite [K, D] float32 / float64 matrix (jax2tf's one_hot + Dense)
+                                                                       -> OneHotMatMul(A, C, E)
 
 Every intermediate must be read by the next node of the pattern alone (never a graph output or a
 subgraph capture); numeric constants must be scalars (0-d, or of a rank that cannot broadcast the
@@ -537,5 +540,33 @@ def _int_product_gelu(ctx: Context, mm) -> bool:
     return True
 
 
+# -- one-hot product ---------------------------------------------------------------------------------
+
+_CAST_TO = {np.dtype(np.float32): 1, np.dtype(np.float64): 11}      # TensorProto FLOAT, DOUBLE
+
+
+def _one_hot_product(ctx: Context, mm) -> bool:
+    """MatMul(Cast(Equal(A, C)), E): C a constant integer [1, ..., 1, K] of distinct values, E a constant
+    finite [K, D] float32 / float64 matrix, the Cast to E's type, each value read by the next alone ->
+    OneHotMatMul(A, C, E) (ops/fused.py: rows of E gathered where A's last axis is 1)."""
+    if not ctx.is_op(mm, "MatMul", (1, 9, 13)) or len(mm.inputs) != 2 or not ctx.is_constant(mm.inputs[1]):
+        return False
+    e = ctx.value(mm.inputs[1])
+    if not isinstance(e, np.ndarray) or e.ndim != 2 or e.dtype not in _CAST_TO or not np.isfinite(e).all():
+        return False
+    cast = _prev(ctx, mm.inputs[0], "Cast", mm, None)
+    if cast is None or cast.attrs.get("to") != _CAST_TO[e.dtype]:
+        return False
+    eq = _prev(ctx, cast.inputs[0], "Equal", cast, (7, 11, 13, 19))
+    if eq is None or len(eq.inputs) != 2:
+        return False
+    for a, c in (eq.inputs, eq.inputs[::-1]):
+        v = ctx.value(c) if ctx.is_constant(c) and not ctx.is_constant(a) else None
+        if (isinstance(v, np.ndarray) and v.dtype.kind in "iu" and v.ndim >= 1 and v.shape[-1] == e.shape[0]
+                and v.size == e.shape[0] and np.unique(v).size == v.size):
+            return _fuse(ctx, [eq, cast, mm], "OneHotMatMul", (a, c, mm.inputs[1]), {})
+    return False
+
+
 RULES = (_silu, _clip_swish, _gelu_erf, _gelu_tanh, _layer_norm, _attention, _int_product_tail, _centred_codes,
-         _int_product_siblings, _int_product_gelu)
+         _int_product_siblings, _int_product_gelu, _one_hot_product)
