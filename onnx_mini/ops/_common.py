@@ -16,6 +16,7 @@
 - the size limit on tensors whose shape comes from data (dtypes.set_limits): check_shape
 - a weight transform made once from a factory's _constants (onnxruntime's PrePack): prepack
 - constant integer-list inputs (starts, axes, pads...) read once: constant_lists; per-shape checks: by_shape
+- an elementwise function of a large array computed by blocks on the pool's threads: by_blocks
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ import numpy as np
 import onnx
 import onnx.defs
 
+from .. import memory, parallel
 from ..dtypes import check_size, np_dtype, type_name
 from ..errors import InvalidValueError, ModelLoadError
 
@@ -430,3 +432,32 @@ def constant_lists(constants, required: tuple, optional: tuple, what: dict):
                             for i, v in zip(required + optional, given))
     except (InvalidValueError, TypeError, ValueError):
         return None
+
+
+# An elementwise function of at least this many values runs by blocks of at most BLOCK_VALUES on both
+# threads (Gelu, float32, in one process, alternating, median ms whole / in blocks on two threads:
+# 512K 1.66 / 1.56, 1M 3.9 / 3.3, 1.7M 7.2 / 3.9, 3.4M 16.8 / 7.2; below ~1M the pool's hand-off and the
+# GIL taken back between the blocks' numpy calls cost what the second thread saves)
+BLOCKS_MIN_VALUES = 1 << 20
+BLOCK_VALUES = 1 << 20          # 3.4M in blocks of ~850K: 7.2 against 9.7 ms in two halves (the caches)
+
+
+def by_blocks(fn):
+    """fn(x) for an elementwise fn whose result has x's shape and type (each value from the same value of
+    x alone): a large contiguous x by blocks of its flat values shared among parallel.split's threads,
+    each block's result copied into the output while in the caches; the same values as fn(x) whole."""
+    def run(x):
+        n = x.size
+        if n < BLOCKS_MIN_VALUES or parallel.threads() < 2 or not x.flags.c_contiguous:
+            return fn(x)
+        blocks = max(2, -(-n // BLOCK_VALUES))
+        blocks += blocks % 2
+        flat, out = x.reshape(-1), memory.empty(n, x.dtype)
+
+        def work(b0, b1):
+            for b in range(b0, b1):
+                s, e = n * b // blocks, n * (b + 1) // blocks
+                out[s:e] = fn(flat[s:e])
+        parallel.split(work, blocks, blocks // 2)
+        return out.reshape(x.shape)
+    return run

@@ -545,3 +545,20 @@ def test_gelu_float32_edges():
     got = run("Gelu", 20, [big.T])
     assert got.shape == (40000, 2)
     np.testing.assert_allclose(got.ravel(), exact, rtol=4e-7, atol=1e-30)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("tname", ["float", "double", "float16"])
+def test_gelu_by_blocks_on_the_threads_is_the_whole_call(monkeypatch, approximate, tname):
+    """A large Gelu runs by blocks on the pool's threads (ops/_common.by_blocks; its sizes shrunk here
+    so that a small array splits into uneven blocks): the same bits as one call, the spec's values."""
+    from onnx_mini.ops import _common
+    x = (np.random.default_rng(7).standard_normal((3, 5, 67)) * 4).astype(np_type(tname))
+    whole = run("Gelu", 20, [x], approximate=approximate)
+    monkeypatch.setattr(_common, "BLOCKS_MIN_VALUES", 64)
+    monkeypatch.setattr(_common, "BLOCK_VALUES", 97)
+    blocks = run("Gelu", 20, [x], approximate=approximate)
+    assert blocks.shape == x.shape and blocks.dtype == x.dtype
+    np.testing.assert_array_equal(blocks.view(np.uint8), whole.view(np.uint8))
+    want = [FORMULAS["Gelu"](float(v), approximate=approximate) for v in x.reshape(-1)]
+    np.testing.assert_allclose(blocks.reshape(-1).astype(np.float64), want, rtol=RTOL[tname], atol=1e-6)

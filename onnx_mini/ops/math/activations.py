@@ -20,8 +20,8 @@ import numpy as np
 
 from ...errors import InvalidValueError
 from ...registry import kernel
-from .._common import (as_array, broadcasts_to, float32_compute, fp_errors_ignored, same_type, scalar_array,
-                       with_scalar)
+from .._common import (as_array, broadcasts_to, by_blocks, float32_compute, fp_errors_ignored, same_type,
+                       scalar_array, with_scalar)
 from .normal_cdf import gelu_float32
 from .unary import erfc
 
@@ -168,7 +168,7 @@ def _gelu_tanh(x):
 def gelu_20(*, approximate="none"):
     if approximate not in ("none", "tanh"):
         raise ValueError(f"Gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return float32_compute(_gelu_erf if approximate == "none" else _gelu_tanh)
+    return float32_compute(by_blocks(_gelu_erf if approximate == "none" else _gelu_tanh))
 
 
 # -- HardSigmoid, HardSwish ------------------------------------------------------------------------
