@@ -297,3 +297,59 @@ def test_fused_conv_relu_model():
         (got,) = prepared.run({"x": x})
         assert got.shape == (1, 64, 12, 4)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+LAST_MEMORY_CASES = [  # (id, NHWC shape, W shape, strides, pads (top, left, bottom, right), dilations)
+    ("magika-5x1", (3, 40, 1, 64), (6, 64, 5, 1), (1, 1), (0, 0, 0, 0), (1, 1)),
+    ("3x3-padded", (2, 9, 7, 16), (5, 16, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    ("strided-dilated", (1, 12, 11, 32), (4, 32, 3, 2), (2, 1), (0, 1, 2, 0), (2, 1)),
+    ("one-image-1x1", (1, 5, 6, 40), (3, 40, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("constant", [True, False])
+@pytest.mark.parametrize("case", LAST_MEMORY_CASES, ids=lambda c: c[0])
+def test_channels_last_memory_is_read_by_channels_last_columns(case, constant, with_bias):
+    """X an NHWC tensor seen through a Transpose to NCHW (TensorFlow and JAX exports): channels-last
+    columns image by image, read straight from X's memory; exact sums, X untouched. The same X made
+    C-contiguous takes the NCHW columns (another geometry kept for the same shape) with the same values."""
+    _, nhwc, ws, strides, pads, dil = case
+    x_nhwc, w, b = ints(nhwc), ints(ws), ints((ws[0],)) if with_bias else None
+    x = x_nhwc.transpose(0, 3, 1, 2)
+    assert im2col.channels_last_memory(x)
+    given = x_nhwc.copy()
+    convolution = conv.Convolution(pads=onnx_pads(pads), strides=list(strides), dilations=list(dil),
+                                   constants={1: w, 2: b} if constant else None, algorithm="im2col")
+    want = direct(np.ascontiguousarray(x), w, b, strides, pads, dil).astype(np.float32)
+    for _ in range(2):
+        got = convolution(x, w, b)
+        layout = next(v for k, v in convolution.layouts.items() if k[0] == x.shape)
+        assert type(layout.memo["columns, channels-last memory"]) is im2col.LastColumns
+        assert got.dtype == np.float32 and got.shape == want.shape and got.flags.c_contiguous
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(x_nhwc, given)
+    np.testing.assert_array_equal(convolution(np.ascontiguousarray(x), w, b), want)
+    assert "columns" in layout.memo
+
+
+def test_channels_last_memory_with_few_channels_takes_nchw_columns():
+    """Window rows of fewer than LAST_MEMORY_MIN_RUN values (3 channels, kw = 3): the NCHW columns."""
+    x = ints((2, 10, 10, 3)).transpose(0, 3, 1, 2)
+    w = ints((4, 3, 3, 3))
+    assert 3 * 3 < thresholds.LAST_MEMORY_MIN_RUN
+    convolution = conv.Convolution(pads=[1, 1, 1, 1], algorithm="im2col")
+    got = convolution(x, w)
+    layout = next(iter(convolution.layouts.values()))
+    assert "columns, channels-last memory" not in layout.memo and type(layout.memo["columns"]) is im2col.Columns
+    np.testing.assert_array_equal(got, direct(np.ascontiguousarray(x), w, None, (1, 1), (1, 1, 1, 1)))
+
+
+def test_channels_last_memory_one_dimensional():
+    """1-D: X (N, C, L) seen from (N, L, C), padded, with a bias."""
+    x = ints((2, 30, 48)).transpose(0, 2, 1)
+    w, b = ints((5, 48, 4)), ints((5,))
+    convolution = conv.Convolution(pads=[2, 1], constants={1: w, 2: b})
+    got = convolution(x, w, b)
+    want = direct(np.ascontiguousarray(x)[:, :, None, :], w[:, :, None, :], b, (1, 1), (0, 2, 0, 1))[:, :, 0]
+    np.testing.assert_array_equal(got, want.astype(np.float32))

@@ -389,8 +389,9 @@ class LastColumns:
         sizes = [s + b + e for s, b, e in zip(x_shape[2:], begin, end)]
         self.dtype = np.dtype(np.float32) if np.dtype(dtype) in UPCAST else np.dtype(dtype)
         self.padded = (*sizes, c)
-        # one channel, no padding: X is its own channels-last copy (an STFT front end's samples)
-        self.as_is = c == 1 and not any(begin) and not any(end)
+        # no padding: X's channels-last view is the copy (no copy at all where X's memory is channels-last:
+        # one channel, an STFT front end's samples; a transposed NHWC tensor)
+        self.as_is = not any(begin) and not any(end)
         self.inner = (*(slice(b, b + s) for b, s in zip(begin, x_shape[2:])), slice(None))
         steps = [c * math.prod(sizes[d + 1:]) for d in range(len(sizes))]   # element strides of the axes
         item = self.dtype.itemsize
@@ -399,6 +400,14 @@ class LastColumns:
                                                       *(st * d for st, d in zip(steps[:-1], dil[:-1])), 1))
         self.k = c * math.prod(kernel)
         self.pixels = math.prod(out)
+
+    @staticmethod
+    def applies_channels_last(x_shape, group, kernel, dil) -> bool:
+        """Whether an X whose memory is channels-last (a transposed NHWC tensor: channels_last_memory)
+        takes these columns, image by image: its window rows are then runs of kw*C values read straight
+        from X, where the NCHW columns would first copy each image to NCHW (thresholds.LAST_MEMORY_*)."""
+        return (group == 1 and len(x_shape) >= 3 and dil[-1] == 1
+                and kernel[-1] * x_shape[1] >= thresholds.LAST_MEMORY_MIN_RUN)
 
     @staticmethod
     def applies(x_shape, group, kernel, strides, dil, out) -> bool:
@@ -413,17 +422,26 @@ class LastColumns:
                          and kernel[-1] >= thresholds.LAST_COLUMNS_ONE_CHANNEL_MIN_TAPS)))
 
 
+def channels_last_memory(x) -> bool:
+    """Whether x (N, C, *spatial), C > 1, has its channels innermost in memory (an NHWC tensor seen
+    through a Transpose to NCHW, as TensorFlow and JAX exports feed their convolutions), and is not
+    also C-contiguous (one pixel: the NCHW paths then read it as it is)."""
+    return (x.ndim >= 3 and x.strides[1] == x.itemsize and x.shape[1] > 1 and not x.flags.c_contiguous
+            and np.moveaxis(x, 1, -1).flags.c_contiguous)
+
+
 def last_weights(w):
     """W (M, C, *kernel) -> (M, k*C): the taps in a channels-last window's order."""
     return np.moveaxis(w, 1, -1).reshape(w.shape[0], -1)
 
 
-def conv_last(x, wl, last: LastColumns, out):
+def conv_last(x, wl, last: LastColumns, out, into=None):
     """One image x (1, C, *spatial) in the compute type, wl = last_weights(W) (M, k*C) or with B as one
-    more column (pointwise.bias_column) -> (1, M, *out), contiguous: Wl @ columns^T, the bias summed by
-    the product against a column of ones when wl holds it (BLAS reads the columns transposed, no copy)."""
+    more column (pointwise.bias_column) -> (1, M, *out), contiguous (written into `into` when given):
+    Wl @ columns^T, the bias summed by the product against a column of ones when wl holds it (BLAS reads
+    the columns transposed, no copy)."""
     if last.as_is:
-        xp = np.ascontiguousarray(x).reshape(last.padded)
+        xp = np.ascontiguousarray(np.moveaxis(x[0], 0, -1)).reshape(last.padded)
     else:
         xp = memory.zeros(last.padded, dtype=last.dtype)
         xp[last.inner] = np.moveaxis(x[0], 0, -1)
@@ -434,4 +452,7 @@ def conv_last(x, wl, last: LastColumns, out):
     else:
         cols[:, :last.k].reshape(last.view_shape)[...] = view
         cols[:, last.k] = 1
+    if into is not None:
+        blas.matmul(wl, cols.T, out=into.reshape(wl.shape[0], -1))
+        return into
     return blas.matmul(wl, cols.T).reshape(1, wl.shape[0], *out)

@@ -167,8 +167,13 @@ class Convolution:
             return _per_image(shifted.conv, x, m, out, finish, w, kernel, dil, begin, end,
                               out).astype(dtype, copy=False)
         elif name == "im2col":
-            return _per_image(im2col.conv, x, m, out, finish, w, group, _columns(layout, x, group),
-                              out).astype(dtype, copy=False)
+            columns = _columns(layout, x, group)
+            if columns.__class__ is im2col.LastColumns:     # (B summed by the product)
+                bias = None
+                return _per_image(im2col.conv_last, x, m, out, finish,
+                                  self._biased("last", given_w, given_b, x.dtype, constant), columns, out,
+                                  into=True).astype(dtype, copy=False)
+            return _per_image(im2col.conv, x, m, out, finish, w, group, columns, out).astype(dtype, copy=False)
         finish(y, 0, n)
         return y.astype(dtype, copy=False)
 
@@ -240,11 +245,20 @@ def _kept(store: dict, constant: bool, key, make):
 
 def _columns(layout, x, group):
     """The im2col geometry of the layout's shape (x: in the compute type), made on its first im2col run:
-    im2col.Rows where a 1-D image's columns are better read as rows, im2col.LastColumns where one small
-    image's are better gathered channels-last (only the one-image path uses either), else im2col.Columns."""
+    im2col.LastColumns, image by image, where X's memory is channels-last and Rows does not apply (kept
+    apart: the same shape may come in either order); else im2col.Rows where a 1-D image's columns are
+    better read as rows, im2col.LastColumns where one small image's are better gathered channels-last
+    (only the one-image path takes either), else im2col.Columns."""
+    kernel, strides, dil, begin, end, out = layout.geometry
+    if (im2col.channels_last_memory(x) and im2col.LastColumns.applies_channels_last(x.shape, group, kernel, dil)
+            and not im2col.Rows.applies(x.shape, group, kernel, dil, out)):
+        columns = layout.memo.get("columns, channels-last memory")
+        if columns is None:
+            columns = layout.memo["columns, channels-last memory"] = im2col.LastColumns(
+                x.shape, x.dtype, kernel, strides, dil, begin, end, out)
+        return columns
     columns = layout.memo.get("columns")
     if columns is None:
-        kernel, strides, dil, begin, end, out = layout.geometry
         if im2col.Rows.applies(x.shape, group, kernel, dil, out):
             columns = im2col.Rows(x.shape, x.dtype, kernel, strides, begin, end, out)
         elif im2col.LastColumns.applies(x.shape, group, kernel, strides, dil, out):
@@ -289,9 +303,10 @@ def _weights_finite(w, group) -> bool:
     return finite(w.astype(np.float64)) if group == 1 else finite(w)
 
 
-def _per_image(formulation, x, m, out, finish, *args):
+def _per_image(formulation, x, m, out, finish, *args, into=False):
     """formulation(x[i:i+1], *args) image by image (per_image), each finished (finish(y_i, i, i+1):
-    bias, fused epilogue) while it is in the caches."""
+    bias, fused epilogue) while it is in the caches; into: the formulation writes image i's result into
+    its `into=` argument (no copy)."""
     n = x.shape[0]
     if n == 1:
         y = formulation(x, *args)
@@ -299,7 +314,10 @@ def _per_image(formulation, x, m, out, finish, *args):
         return y
 
     def compute(i, y_i):
-        y_i[...] = formulation(x[i:i + 1], *args)
+        if into:
+            formulation(x[i:i + 1], *args, into=y_i)
+        else:
+            y_i[...] = formulation(x[i:i + 1], *args)
         finish(y_i, i, i + 1)
     return per_image(compute, (n, m, *out), x.dtype)
 

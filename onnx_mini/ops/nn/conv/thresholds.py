@@ -33,6 +33,11 @@ DW_IM2COL_MAX_CHANNELS = 32             # strided small depthwise: im2col beat e
 DW_IM2COL_MAX_COLUMN_BYTES = 4 << 20     # ... above DW_LAST_MAX_PIXELS too, up to this much of columns: flat -> im2col
                                          # 8x112x112 /2 236 -> 129 us, 16x112x112 /2 433 -> 411, 32x80x80 /2 488 -> 333,
                                          # 32x112x112 /2 (3.6 MB) a tie, 16x224x224 /2 (7.2 MB) mixed (loaded machine)
+LAST_MEMORY_MIN_RUN = 32                 # X channels-last in memory (a transposed NHWC tensor), im2col: channels-last
+                                         # columns from window rows (kw*C) of this many values, against NCHW columns
+                                         # after a copy to NCHW (native mode, alternating): kw*C = 48 (2x16x56x56 ->
+                                         # 32) 0.86x, 96 0.93x, 192 0.83x, Magika's 5x1 on 256 channels x13 0.91x;
+                                         # lost at 24 (2x8x56x56 -> 16: 1.07x)
 BIAS_COLUMN_MIN_EXPANSION = 2            # pointwise: bias in the product from M >= 2 (C + G) (ResNet-50 -2%)
 DFT_MIN_TAPS = 400                       # a windowed DFT basis W (dft.py): the real FFT from 400 taps (256 taps lost at
                                          # 3-97 frames: 1.45-2.96x the normal choice's time; its FFT ~1 us a frame)
