@@ -13,13 +13,18 @@ So each run (`during_run`) picks a mode when it starts, kept while runs overlap:
   in the last two readings of the machine's load (a quarter second apart) and in none of the
   readings of the last 3 seconds (see _busy: neighbours' load comes in bursts that one reading
   between two of them does not see; a burst makes a native run 10-30 times slower, splitting makes
-  a run on an idle machine at most ~2 times slower). A process starts in "split" until its
-  readings say idle;
+  a run on an idle machine at most ~2 times slower), unless the model chose split (below). A
+  process starts in "split" until its readings say idle;
 - "split": numpy's OpenBLAS on one thread and `matmul` splitting the products worth it into row
   (or column, or batch) blocks over parallel.split's pool, one hand-off per product, the calling
   thread computing a block itself: the machine is busy, or the run is capped to one thread
-  (`prepare(threads=1)`, `intra_op_num_threads=1`: then nothing is split either).
-Each block is its own BLAS call on its own slice of the output, so results do not depend on timing.
+  (`prepare(threads=1)`, `intra_op_num_threads=1`: then nothing is split either), or the model's
+  runs measured faster so on this idle machine (ModeChoice: a prepared model's first runs on an idle
+  machine try native, then split, and keep the faster; OpenBLAS's spinning worker takes the second
+  core from onnx_mini's own parallel work for ~0.1 s after each product it shares).
+Each block is its own BLAS call on its own slice of the output, so results do not depend on timing
+within a mode; the mode may change a convolution's algorithm (select's `splitting`), so the two modes'
+results may differ in their last bits.
 
 ONNX_MINI_BLAS_THREADS=split (or managed) always splits, =native always leaves numpy's BLAS alone
 (its own threads, no splitting), as does a numpy whose BLAS is not the bundled OpenBLAS (then its
@@ -91,6 +96,66 @@ _HOLD = 3.0
 # ... and "native" needs this many idle readings in a row (>= 0.5 s without a busy one) after it
 # (without a hold: 14% -> 2% of the burst slots native in the same replay).
 _IDLE_READINGS = 2
+
+
+# -- the mode one model's runs take on an idle machine ----------------------------------------------
+# On an idle machine the auto policy's runs would all be "native", but which mode is faster depends on
+# the model: after each product it shares, OpenBLAS's worker spins for ~0.11 s (a full core of CPU time
+# measured in the 0.2 s after one 512^3 product, whatever the thread count is set to meanwhile), taking
+# the second core from onnx_mini's pool (images on two threads, a Gelu by blocks, depthwise parts) and,
+# on this VM, slowing the calling thread too. The same process, the modes alternating (native / split):
+# Magika 133 / 83 ms, the Scan RNN 1.16 / 0.74, the greedy decoder 3.9 / 3.2, rapidocr's classifier
+# 6.6 / 6.0; BERT 18 / 28, the GRU 20 / 26, the LSTM 28 / 36, the U-Net 22 / 28, PP-OCR det 87 / 106.
+# So each prepared model tries both on its first runs on an idle machine and keeps the faster (ModeChoice).
+TRIAL_RUNS = 3         # timed runs in each mode before the choice (after one left out in each), at least
+TRIAL_SECONDS = 0.25   # ... and at least this much of their time (a run of a millisecond: this VM's noise),
+TRIAL_MAX_RUNS = 200   # ... or this many runs
+SPLIT_MARGIN = 0.9     # "split" kept when its median run is at most this share of native's: else native,
+                       # the mode before the choice (two modes within ~10% are within this VM's noise)
+
+
+class ModeChoice:
+    """One prepared model's mode on an idle machine (see above): its first runs there are native, then
+    split, as many of each as TRIAL_* say (not alternating: a native run's spinning worker slows the run
+    after it), the first of each left out (the model's first run; the first after the native ones), the
+    runs that overlap others not timed; then split where its median is at most SPLIT_MARGIN of native's.
+    A hooked run (profile, compare) takes the decided mode but is no trial (native until decided). Used
+    under _state.lock."""
+    __slots__ = ("phase", "started", "times", "split")
+
+    def __init__(self):
+        self.phase = 0               # the mode being tried: 0 native, 1 split
+        self.started = 0             # trial runs started in this phase
+        self.times = ([], [])        # the timed runs' durations, per mode
+        self.split = None            # the choice; None while trying
+
+    def take(self, trial: bool):
+        """(split, the trial's (phase, index) or None) for a run starting now on an idle machine."""
+        if self.split is not None or not trial:
+            return bool(self.split), None
+        self.started += 1
+        return bool(self.phase), (self.phase, self.started - 1)
+
+    def record(self, trial, seconds: float) -> None:
+        phase, index = trial
+        if index == 0 or phase != self.phase or self.split is not None:
+            return
+        times = self.times[phase]
+        times.append(seconds)
+        if len(times) >= TRIAL_MAX_RUNS or (len(times) >= TRIAL_RUNS and sum(times) >= TRIAL_SECONDS):
+            if phase == 0:
+                self.phase, self.started = 1, 0
+            else:
+                native, split = (sorted(t)[len(t) // 2] for t in self.times)
+                self.split = split <= SPLIT_MARGIN * native
+
+
+class _Trial:
+    """A run timed for its model's ModeChoice: its (phase, index), the count of runs started with it."""
+    __slots__ = ("choice", "trial", "started")
+
+    def __init__(self, choice, trial, started):
+        self.choice, self.trial, self.started = choice, trial, started
 
 
 class _Load:
@@ -183,6 +248,7 @@ class _ThreadState:
     def __init__(self):
         self.lock = threading.Lock()
         self.runs = 0          # runs in progress (any thread)
+        self.started = 0       # runs started so far (a trial run is timed only if none started during it)
         self.blocks = 0        # own_threads blocks in progress (any thread)
         self.split = False     # the mode of the runs in progress: True = "split", False = "native"
         self.saved = 1         # OpenBLAS's thread count before the first run or block started
@@ -198,21 +264,31 @@ class _ThreadState:
             _OPENBLAS[1](want)
             self.current = want
 
-    def start_run(self, single: bool) -> None:
+    def start_run(self, single: bool, choice: ModeChoice | None = None, trial: bool = True):
+        """Enter a run; returns a _Trial when the run is one of its model's timed trials, else None."""
         with self.lock:
+            timed = None
+            self.started += 1
             if self.runs == 0:
                 if self.blocks == 0:
                     # the first run: OpenBLAS's count now, maybe the user's since the last run, is
                     # the one to give back
                     self.saved = self.current = _OPENBLAS[0]()
                 self.split = single or _forced_split() or (POLICY == "auto" and _busy())
+                if not self.split and POLICY == "auto" and choice is not None:   # an idle machine
+                    self.split, taken = choice.take(trial)
+                    if taken is not None:
+                        timed = _Trial(choice, taken, self.started)
             elif single:       # a sequential run joins native ones: one BLAS thread for all
                 self.split = True
             self.runs += 1
             self._settle()
+            return timed
 
-    def end_run(self) -> None:
+    def end_run(self, timed: _Trial | None = None, seconds: float = 0.0) -> None:
         with self.lock:
+            if timed is not None and self.started == timed.started:      # no run overlapped it
+                timed.choice.record(timed.trial, seconds)
             self.runs -= 1
             self._settle()
 
@@ -234,17 +310,19 @@ class _ThreadState:
 _state = _ThreadState()
 
 
-def start_run() -> bool:
-    """Enter the BLAS mode of one run (see the module doc); True when end_run() must follow.
-    OpenBLAS's thread count is restored after the last overlapping run ends."""
+def start_run(choice: ModeChoice | None = None, trial: bool = True):
+    """Enter the BLAS mode of one run (see the module doc); true when end_run() must follow: a _Trial
+    when the run is one of its model's timed trials (choice: the model's ModeChoice; trial False: a run
+    that takes the model's mode but is not timed, a hooked one), else True. OpenBLAS's thread count is
+    restored after the last overlapping run ends."""
     if _OPENBLAS is None:
         return False
-    _state.start_run(parallel.threads() < 2)
-    return True
+    return _state.start_run(parallel.threads() < 2, choice, trial) or True
 
 
-def end_run() -> None:
-    _state.end_run()
+def end_run(timed: _Trial | None = None, seconds: float = 0.0) -> None:
+    """Leave a run; timed (start_run's _Trial) and the run's duration go to its model's ModeChoice."""
+    _state.end_run(timed, seconds)
 
 
 def settle(timeout: float = 1.0) -> bool:

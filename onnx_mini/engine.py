@@ -16,7 +16,7 @@ from typing import Any
 import onnx
 import onnx.defs
 
-from . import dtypes, loader, run_scope
+from . import blas, dtypes, loader, run_scope
 from .custom_ops import as_custom_ops, overrides_builtin, using_custom_ops
 from .errors import OnnxMiniError
 from .executor import Hook, execute
@@ -66,6 +66,8 @@ class PreparedModel:
         self._prepacked: dict = {}      # the constant inputs' transforms its plans share (ops/_common.prepack)
         self._specializers: dict[int, Specializer] = {}    # id(plan) -> its shape-specialised plans
         self._lock = threading.Lock()
+        # the BLAS mode of its runs on an idle machine, tried on its first runs there (blas.ModeChoice)
+        self.blas_modes = blas.ModeChoice()
         self.plan: Plan = self.plan_for(tuple(v.name for v in g.outputs))
         self._outputs_type = outputs_type(tuple(self.plan.output_names))
         # run()'s short path applies: one plan serves every run (no default to override, no specialisation)
@@ -120,7 +122,8 @@ class PreparedModel:
         there is one; returns the output values in plan order. threads: None = the model's own."""
         slots = bind_inputs(plan, feeds)
         specializer = self._specializers.get(id(plan))
-        scope = run_scope.enter(threads or self.threads, plan.uses_blas, self.max_tensor_bytes)
+        scope = run_scope.enter(threads or self.threads, plan.uses_blas, self.max_tensor_bytes, self.blas_modes,
+                                hook is None)
         try:
             if specializer is not None:
                 plan, slots = specializer.choose(slots)
@@ -179,7 +182,7 @@ class PreparedModel:
             # trace): execute() inlined, ~0.5 us less (a one-node model, same process)
             plan = self.plan
             slots = bind_inputs(plan, inputs)
-            scope = run_scope.enter(self.threads, plan.uses_blas, self.max_tensor_bytes)
+            scope = run_scope.enter(self.threads, plan.uses_blas, self.max_tensor_bytes, self.blas_modes)
             try:
                 values = execute(plan, slots)
             finally:

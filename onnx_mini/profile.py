@@ -385,7 +385,8 @@ def profile(model, feeds, runs: int = 10, *, warmup: int = 1, optimize: bool = T
     run_scope.settle(prepared.threads, plan.uses_blas)     # not a new process's first runs' mode
     for r in range(total):
         recorder.start(r - warmup if r >= warmup else None)
-        with run_scope.running(prepared.threads, plan.uses_blas, prepared.max_tensor_bytes):   # as run() does
+        with run_scope.running(prepared.threads, plan.uses_blas, prepared.max_tensor_bytes,   # as run() does
+                               prepared.blas_modes, trial=False):
             execute(plan, recorder.bind(feeds), recorder.hook)
         recorder.finish()
         if progress is not None:

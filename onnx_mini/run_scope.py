@@ -15,6 +15,7 @@ to set up a run (parallel imports no onnx_mini module, blas imports parallel onl
 from __future__ import annotations
 
 import contextlib
+import time
 
 from . import blas, dtypes, memory, parallel
 
@@ -22,25 +23,29 @@ from . import blas, dtypes, memory, parallel
 # context variables straight and has nothing to undo: enter+leave 0.42 -> 0.22 us (timeit, under load).
 _cap_get = parallel._cap.get
 _limit_get = dtypes._model_max_tensor_bytes.get
-_NOTHING = (None, False, None)
+_NOTHING = (None, False, None, 0.0)
 
 
-def enter(threads: int | None = None, uses_blas: bool = True, max_tensor_bytes: int | None = None) -> tuple:
+def enter(threads: int | None = None, uses_blas: bool = True, max_tensor_bytes: int | None = None,
+          modes: blas.ModeChoice | None = None, trial: bool = True) -> tuple:
     """Enter the scope of one run: at most `threads` threads (None or 0: no cap), numpy's BLAS in the
-    run's mode (blas.start_run) unless the plan makes no BLAS call worth managing (`uses_blas`
-    False: no heavy step, bodies included; its small products run as OpenBLAS is set), the model's
-    own tensor size limit (dtypes.model_limits; None: the process-wide one only), a new generation
-    of recycled buffers, malloc tuned once per process if ONNX_MINI_MALLOC=tuned. Returns the token
-    leave() takes. Plain calls rather than a generator context manager: on a tiny model the scope
-    was ~12 us of a 16 us run."""
+    run's mode (blas.start_run; modes: the model's blas.ModeChoice, which times the run when it is one
+    of its trials, unless `trial` is False) unless the plan makes no BLAS call worth managing
+    (`uses_blas` False: no heavy step, bodies included; its small products run as OpenBLAS is set), the
+    model's own tensor size limit (dtypes.model_limits; None: the process-wide one only), a new
+    generation of recycled buffers, malloc tuned once per process if ONNX_MINI_MALLOC=tuned. Returns
+    the token leave() takes. Plain calls rather than a generator context manager: on a tiny model the
+    scope was ~12 us of a 16 us run."""
     memory.begin_run()
     if not threads and not uses_blas and max_tensor_bytes is None and _cap_get() is None and _limit_get() is None:
         return _NOTHING                      # no cap, no BLAS mode, no limit to put in force or undo
     token = parallel.cap(threads)            # the cap first: start_run reads it
     try:
-        blas_started = uses_blas and blas.start_run()
+        blas_started = uses_blas and (blas.start_run() if modes is None else blas.start_run(modes, trial))
         try:
-            return token, blas_started, dtypes.enter_model_limits(max_tensor_bytes)
+            limits = dtypes.enter_model_limits(max_tensor_bytes)
+            began = time.perf_counter() if blas_started.__class__ is blas._Trial else 0.0
+            return token, blas_started, limits, began
         except BaseException:
             if blas_started:
                 blas.end_run()
@@ -53,21 +58,24 @@ def enter(threads: int | None = None, uses_blas: bool = True, max_tensor_bytes: 
 def leave(scope: tuple) -> None:
     if scope is _NOTHING:
         return
-    token, blas_started, limits = scope
+    token, blas_started, limits, began = scope
     try:
         try:
             dtypes.leave_model_limits(limits)
         finally:
-            if blas_started:
+            if blas_started.__class__ is blas._Trial:
+                blas.end_run(blas_started, time.perf_counter() - began)
+            elif blas_started:
                 blas.end_run()
     finally:
         parallel.uncap(token)
 
 
 @contextlib.contextmanager
-def running(threads: int | None = None, uses_blas: bool = True, max_tensor_bytes: int | None = None):
+def running(threads: int | None = None, uses_blas: bool = True, max_tensor_bytes: int | None = None,
+            modes: blas.ModeChoice | None = None, trial: bool = True):
     """enter() ... leave() as a block (compare, profile)."""
-    scope = enter(threads, uses_blas, max_tensor_bytes)
+    scope = enter(threads, uses_blas, max_tensor_bytes, modes, trial)
     try:
         yield
     finally:

@@ -524,9 +524,9 @@ def _watch_blas_mode(monkeypatch) -> list:
     entered = []
     original = blas.start_run
 
-    def start_run():
+    def start_run(*args):
         entered.append(True)
-        return original()
+        return original(*args)
     monkeypatch.setattr(blas, "start_run", start_run)
     return entered
 
@@ -611,8 +611,8 @@ def test_a_run_sets_its_thread_cap_only_when_it_changes():
 def test_run_scope_puts_the_model_limit_in_force_and_undoes_all_on_a_bad_one(monkeypatch):
     from onnx_mini import dtypes
     calls = []
-    monkeypatch.setattr(blas, "start_run", lambda: calls.append("start") or True)
-    monkeypatch.setattr(blas, "end_run", lambda: calls.append("end"))
+    monkeypatch.setattr(blas, "start_run", lambda *args: calls.append("start") or True)
+    monkeypatch.setattr(blas, "end_run", lambda *args: calls.append("end"))
     scope = run_scope.enter(2, True, 1000)
     try:
         assert dtypes._model_max_tensor_bytes.get() == 1000 and parallel._cap.get() == 2
@@ -656,3 +656,101 @@ def test_an_empty_or_malformed_thread_count_falls_back_to_the_cpu_count(value, w
                          timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr
     assert ("ONNX_MINI_THREADS=" in out.stderr) == warned, out.stderr
+
+
+# -- ModeChoice: each model's mode on an idle machine, tried on its first runs -----------------------
+
+def _try(choice, seconds_native, seconds_split, trial=True):
+    """Run trials until the choice is made: each run's mode from take(), its duration from the mode's
+    list (cycled); returns the modes taken in order."""
+    modes, n = [], 0
+    while choice.split is None and n < 1000:
+        split, taken = choice.take(trial)
+        modes.append(split)
+        if taken is None:
+            break
+        durations = seconds_split if split else seconds_native
+        choice.record(taken, durations[n % len(durations)])
+        n += 1
+    return modes
+
+
+def test_mode_choice_tries_native_then_split_and_keeps_the_faster(monkeypatch):
+    monkeypatch.setattr(blas, "TRIAL_RUNS", 3)
+    monkeypatch.setattr(blas, "TRIAL_SECONDS", 0.25)
+    choice = blas.ModeChoice()
+    # 0.1 s runs: the first left out, then 3 timed (0.3 s >= TRIAL_SECONDS) in each mode
+    modes = _try(choice, [0.10], [0.085])
+    assert modes == [False] * 4 + [True] * 4
+    assert choice.split is True and len(choice.times[0]) == len(choice.times[1]) == 3
+    assert choice.take(True) == (True, None) and choice.take(False) == (True, None)   # decided: no more trials
+    slower = blas.ModeChoice()
+    _try(slower, [0.10], [0.095])           # split not at least 10% faster: native stays
+    assert slower.split is False and slower.take(True) == (False, None)
+
+
+def test_mode_choice_times_short_runs_for_long_enough(monkeypatch):
+    """Runs of a millisecond are timed until TRIAL_SECONDS of them (or TRIAL_MAX_RUNS) in each mode."""
+    monkeypatch.setattr(blas, "TRIAL_SECONDS", 0.05)
+    monkeypatch.setattr(blas, "TRIAL_MAX_RUNS", 30)
+    choice = blas.ModeChoice()
+    modes = _try(choice, [0.002], [0.001])
+    assert modes.count(False) == 26 and modes.count(True) == 31     # 25 timed (0.05 s), then the cap: 30
+    assert choice.split is True
+
+
+def test_mode_choice_leaves_out_first_runs_hooked_runs_and_stale_phases():
+    choice = blas.ModeChoice()
+    assert choice.take(False) == (False, None)          # a hooked run before the choice: native, not a trial
+    split, first = choice.take(True)
+    assert split is False and first == (0, 0)
+    choice.record(first, 99.0)                          # the first run of a phase: left out
+    assert choice.times == ([], [])
+    _, second = choice.take(True)
+    choice.phase = 1                                    # (as if the native trials ended meanwhile)
+    choice.record(second, 1.0)                          # a native trial ending in the split phase: dropped
+    assert choice.times == ([], [])
+
+
+def test_a_model_on_an_idle_machine_takes_the_mode_its_trials_chose(auto_policy, monkeypatch):
+    """Through run_scope, as PreparedModel.run enters it: on an idle machine a model's runs are its
+    trials (native, then split), timed; a run another overlaps is not timed; a busy reading means split
+    and no trial; once chosen, the model's runs on an idle machine take its mode."""
+    clock, readings, taken = auto_policy
+    monkeypatch.setattr(blas, "_OPENBLAS", (lambda: 2, lambda n: None))
+    monkeypatch.setattr(blas, "TRIAL_RUNS", 2)
+    monkeypatch.setattr(blas, "TRIAL_SECONDS", 0.0)
+    fake = [0.0]
+    monkeypatch.setattr(run_scope, "time", type("T", (), {"perf_counter": staticmethod(lambda: fake[0])}))
+    t0 = clock.now
+    readings.extend([0.0, 0.0])
+    for dt in (0.25, 0.5):                               # two idle readings: native from here on
+        clock.now = t0 + dt
+        assert blas._busy() is (dt == 0.25)
+    choice = blas.ModeChoice()
+    seen = []
+
+    def run(nested=False):
+        scope = run_scope.enter(None, True, None, choice)
+        split = blas.splitting()
+        seen.append(split)
+        if nested:
+            run_scope.leave(run_scope.enter(None, True, None, choice))
+        fake[0] += 0.0625 if split else 0.125            # (binary fractions: exact differences)
+        run_scope.leave(scope)
+    run()                                                # native, left out (the first)
+    run(nested=True)                                     # native, overlapped: not timed
+    run(), run()                                         # native, timed twice: the split phase next
+    assert choice.times == ([0.125, 0.125], []) and seen == [False] * 4
+    readings.append(0.9)                                 # a busy reading: split, no trial
+    clock.now = t0 + 0.75
+    run()
+    assert seen[-1] is True and choice.started == 0 and choice.times[1] == []
+    clock.now = t0 + 5.0                                 # the hold over, two idle readings again
+    readings.extend([0.0, 0.0])
+    blas._busy()
+    clock.now = t0 + 5.25
+    run(), run(), run()                                  # split: the first left out, two timed
+    assert seen[-3:] == [True] * 3 and choice.times[1] == [0.0625, 0.0625] and choice.split is True
+    run()                                                # chosen: split on an idle machine
+    assert seen[-1] is True
