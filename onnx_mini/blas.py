@@ -107,47 +107,54 @@ _IDLE_READINGS = 2
 # Magika 133 / 83 ms, the Scan RNN 1.16 / 0.74, the greedy decoder 3.9 / 3.2, rapidocr's classifier
 # 6.6 / 6.0; BERT 18 / 28, the GRU 20 / 26, the LSTM 28 / 36, the U-Net 22 / 28, PP-OCR det 87 / 106.
 # So each prepared model tries both on its first runs on an idle machine and keeps the faster (ModeChoice).
-TRIAL_RUNS = 3         # timed runs in each mode before the choice (after one left out in each), at least
-TRIAL_SECONDS = 0.25   # ... and at least this much of their time (a run of a millisecond: this VM's noise),
-TRIAL_MAX_RUNS = 200   # ... or this many runs
+PHASES = 4             # blocks of trial runs: native, split, native, split
+TRIAL_RUNS = 2         # timed runs in each block (after one left out), at least
+TRIAL_SECONDS = 0.15   # ... and at least this much of their time (a run of a millisecond: this VM's noise),
+TRIAL_MAX_RUNS = 120   # ... or this many runs
 SPLIT_MARGIN = 0.9     # "split" kept when its median run is at most this share of native's: else native,
                        # the mode before the choice (two modes within ~10% are within this VM's noise)
+RETRY_SECONDS = 60.0   # a choice this old is tried again at the next run (a trial a neighbour's burst misled)
 
 
 class ModeChoice:
-    """One prepared model's mode on an idle machine (see above): its first runs there are native, then
-    split, as many of each as TRIAL_* say (not alternating: a native run's spinning worker slows the run
-    after it), the first of each left out (the model's first run; the first after the native ones), the
-    runs that overlap others not timed; then split where its median is at most SPLIT_MARGIN of native's.
-    A hooked run (profile, compare) takes the decided mode but is no trial (native until decided). Used
-    under _state.lock."""
-    __slots__ = ("phase", "started", "times", "split")
+    """One prepared model's mode on an idle machine (see above): its first runs there are tried in
+    PHASES blocks, native, split, native, split (blocks, not alternating runs: a native run's spinning
+    worker slows the run after it; two of each: a drift of the machine's speed weighs on both), each
+    block's first run left out (the model's first run; the first after the other mode), the runs that
+    overlap others not timed; then split where its median is at most SPLIT_MARGIN of native's, tried
+    again RETRY_SECONDS later. A hooked run (profile, compare) takes the decided mode but is no trial
+    (native until decided). Used under _state.lock."""
+    __slots__ = ("phase", "started", "timed", "times", "split", "until")
 
     def __init__(self):
-        self.phase = 0               # the mode being tried: 0 native, 1 split
-        self.started = 0             # trial runs started in this phase
-        self.times = ([], [])        # the timed runs' durations, per mode
+        self.phase = 0               # the block being tried (even: native, odd: split)
+        self.started = 0             # trial runs started in this block
+        self.timed = []              # this block's timed durations
+        self.times = ([], [])        # every timed duration, per mode
         self.split = None            # the choice; None while trying
+        self.until = 0.0             # when the choice is tried again (time.monotonic)
 
     def take(self, trial: bool):
-        """(split, the trial's (phase, index) or None) for a run starting now on an idle machine."""
+        """(split, the trial's (block, index) or None) for a run starting now on an idle machine."""
+        if self.split is not None and trial and time.monotonic() > self.until:
+            self.__init__()
         if self.split is not None or not trial:
             return bool(self.split), None
         self.started += 1
-        return bool(self.phase), (self.phase, self.started - 1)
+        return bool(self.phase % 2), (self.phase, self.started - 1)
 
     def record(self, trial, seconds: float) -> None:
         phase, index = trial
         if index == 0 or phase != self.phase or self.split is not None:
             return
-        times = self.times[phase]
-        times.append(seconds)
-        if len(times) >= TRIAL_MAX_RUNS or (len(times) >= TRIAL_RUNS and sum(times) >= TRIAL_SECONDS):
-            if phase == 0:
-                self.phase, self.started = 1, 0
-            else:
+        self.timed.append(seconds)
+        self.times[phase % 2].append(seconds)
+        if len(self.timed) >= TRIAL_MAX_RUNS or (len(self.timed) >= TRIAL_RUNS and sum(self.timed) >= TRIAL_SECONDS):
+            self.phase, self.started, self.timed = self.phase + 1, 0, []
+            if self.phase == PHASES:
                 native, split = (sorted(t)[len(t) // 2] for t in self.times)
                 self.split = split <= SPLIT_MARGIN * native
+                self.until = time.monotonic() + RETRY_SECONDS
 
 
 class _Trial:

@@ -660,29 +660,27 @@ def test_an_empty_or_malformed_thread_count_falls_back_to_the_cpu_count(value, w
 
 # -- ModeChoice: each model's mode on an idle machine, tried on its first runs -----------------------
 
-def _try(choice, seconds_native, seconds_split, trial=True):
-    """Run trials until the choice is made: each run's mode from take(), its duration from the mode's
-    list (cycled); returns the modes taken in order."""
+def _try(choice, seconds_native, seconds_split):
+    """Run trials until the choice is made, each run's duration the next of its mode's list (cycled);
+    returns the modes taken in order."""
     modes, n = [], 0
     while choice.split is None and n < 1000:
-        split, taken = choice.take(trial)
+        split, taken = choice.take(True)
         modes.append(split)
-        if taken is None:
-            break
         durations = seconds_split if split else seconds_native
         choice.record(taken, durations[n % len(durations)])
         n += 1
     return modes
 
 
-def test_mode_choice_tries_native_then_split_and_keeps_the_faster(monkeypatch):
+def test_mode_choice_tries_native_then_split_twice_and_keeps_the_faster(monkeypatch):
     monkeypatch.setattr(blas, "TRIAL_RUNS", 3)
     monkeypatch.setattr(blas, "TRIAL_SECONDS", 0.25)
     choice = blas.ModeChoice()
-    # 0.1 s runs: the first left out, then 3 timed (0.3 s >= TRIAL_SECONDS) in each mode
+    # 0.1 s runs: each block's first left out, then 3 timed (0.3 s >= TRIAL_SECONDS); four blocks
     modes = _try(choice, [0.10], [0.085])
-    assert modes == [False] * 4 + [True] * 4
-    assert choice.split is True and len(choice.times[0]) == len(choice.times[1]) == 3
+    assert modes == ([False] * 4 + [True] * 4) * 2
+    assert choice.split is True and len(choice.times[0]) == len(choice.times[1]) == 6
     assert choice.take(True) == (True, None) and choice.take(False) == (True, None)   # decided: no more trials
     slower = blas.ModeChoice()
     _try(slower, [0.10], [0.095])           # split not at least 10% faster: native stays
@@ -690,12 +688,13 @@ def test_mode_choice_tries_native_then_split_and_keeps_the_faster(monkeypatch):
 
 
 def test_mode_choice_times_short_runs_for_long_enough(monkeypatch):
-    """Runs of a millisecond are timed until TRIAL_SECONDS of them (or TRIAL_MAX_RUNS) in each mode."""
+    """Runs of a millisecond are timed until TRIAL_SECONDS of them (or TRIAL_MAX_RUNS) in each block."""
     monkeypatch.setattr(blas, "TRIAL_SECONDS", 0.05)
     monkeypatch.setattr(blas, "TRIAL_MAX_RUNS", 30)
     choice = blas.ModeChoice()
     modes = _try(choice, [0.002], [0.001])
-    assert modes.count(False) == 26 and modes.count(True) == 31     # 25 timed (0.05 s), then the cap: 30
+    blocks = [26, 31, 26, 31]                # 25 timed (0.05 s); split: the cap, 30 timed
+    assert modes == sum(([k % 2 == 1] * n for k, n in enumerate(blocks)), [])
     assert choice.split is True
 
 
@@ -714,8 +713,8 @@ def test_mode_choice_leaves_out_first_runs_hooked_runs_and_stale_phases():
 
 def test_a_model_on_an_idle_machine_takes_the_mode_its_trials_chose(auto_policy, monkeypatch):
     """Through run_scope, as PreparedModel.run enters it: on an idle machine a model's runs are its
-    trials (native, then split), timed; a run another overlaps is not timed; a busy reading means split
-    and no trial; once chosen, the model's runs on an idle machine take its mode."""
+    trials (native, split, native, split), timed; a run another overlaps is not timed; a busy reading
+    means split and no trial; once chosen, the model's runs on an idle machine take its mode."""
     clock, readings, taken = auto_policy
     monkeypatch.setattr(blas, "_OPENBLAS", (lambda: 2, lambda n: None))
     monkeypatch.setattr(blas, "TRIAL_RUNS", 2)
@@ -738,9 +737,9 @@ def test_a_model_on_an_idle_machine_takes_the_mode_its_trials_chose(auto_policy,
             run_scope.leave(run_scope.enter(None, True, None, choice))
         fake[0] += 0.0625 if split else 0.125            # (binary fractions: exact differences)
         run_scope.leave(scope)
-    run()                                                # native, left out (the first)
+    run()                                                # native, left out (a block's first)
     run(nested=True)                                     # native, overlapped: not timed
-    run(), run()                                         # native, timed twice: the split phase next
+    run(), run()                                         # native, timed twice: the split block next
     assert choice.times == ([0.125, 0.125], []) and seen == [False] * 4
     readings.append(0.9)                                 # a busy reading: split, no trial
     clock.now = t0 + 0.75
@@ -750,7 +749,26 @@ def test_a_model_on_an_idle_machine_takes_the_mode_its_trials_chose(auto_policy,
     readings.extend([0.0, 0.0])
     blas._busy()
     clock.now = t0 + 5.25
-    run(), run(), run()                                  # split: the first left out, two timed
-    assert seen[-3:] == [True] * 3 and choice.times[1] == [0.0625, 0.0625] and choice.split is True
+    for _ in range(3 * 3):                               # split, native, split: three runs a block
+        run()
+    assert seen[-9:] == [True] * 3 + [False] * 3 + [True] * 3
+    assert choice.times == ([0.125] * 4, [0.0625] * 4) and choice.split is True
     run()                                                # chosen: split on an idle machine
     assert seen[-1] is True
+
+
+def test_mode_choice_is_tried_again_after_a_while(monkeypatch):
+    """A choice RETRY_SECONDS old is tried again at the next trial run (a neighbour's burst may have
+    misled it); a hooked run does not start trials."""
+    clock = [100.0]
+    monkeypatch.setattr(blas.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(blas, "TRIAL_SECONDS", 0.0)
+    choice = blas.ModeChoice()
+    _try(choice, [0.1], [0.05])
+    assert choice.split is True and choice.until == 100.0 + blas.RETRY_SECONDS
+    clock[0] += blas.RETRY_SECONDS + 1
+    assert choice.take(False) == (True, None)            # hooked: the choice, no trial
+    assert choice.take(True) == (False, (0, 0))          # trials again, native first
+    assert choice.split is None and choice.times == ([], [])
+    _try(choice, [0.05], [0.1])
+    assert choice.split is False
