@@ -20,8 +20,9 @@ So each run (`during_run`) picks a mode when it starts, kept while runs overlap:
   thread computing a block itself: the machine is busy, or the run is capped to one thread
   (`prepare(threads=1)`, `intra_op_num_threads=1`: then nothing is split either), or the model's
   runs measured faster so on this idle machine (ModeChoice: a prepared model's first runs on an idle
-  machine try native, then split, and keep the faster; OpenBLAS's spinning worker takes the second
-  core from onnx_mini's own parallel work for ~0.1 s after each product it shares).
+  machine try both modes in turn and keep the faster, tried again a minute later; OpenBLAS's spinning
+  worker takes the second core from onnx_mini's own parallel work for ~0.1 s after each product it
+  shares).
 Each block is its own BLAS call on its own slice of the output, so results do not depend on timing
 within a mode; the mode may change a convolution's algorithm (select's `splitting`), so the two modes'
 results may differ in their last bits.

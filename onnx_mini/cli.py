@@ -470,8 +470,7 @@ def _run(args) -> int:
     times: list[float] = []
     runs = args.runs if args.runs is not None else _AUTO_RUNS if first < _AUTO_FIRST else 0
     if runs:             # the steady state: the BLAS mode runs settle in (as bench)
-        from . import run_scope
-        run_scope.settle(sess.prepared.threads, sess.prepared.plan.uses_blas)
+        sess.prepared.settle(feeds)
     while len(times) < runs and (args.runs is not None or sum(times) < _AUTO_BUDGET):
         start = time.perf_counter()
         sess.run(names, feeds)
@@ -540,8 +539,7 @@ def _bench(args) -> int:
         raise UsageError("--runs must be at least 1 and --warmup at least 0")
     sess, feeds = _session_and_feeds(args)
     names = [o.name for o in sess.get_outputs()]
-    from . import run_scope
-    run_scope.settle(sess.prepared.threads, sess.prepared.plan.uses_blas)    # not a new process's first runs
+    sess.prepared.settle(feeds)          # not a new process's first runs, nor the model's mode trials
     ours = _timed(lambda: sess.run(names, feeds), args.runs, args.warmup, "onnx_mini  ")
     print(f"{args.model}: {args.runs} run(s) after {args.warmup} warm-up run(s)")
     print(f"onnx_mini    {_stats(ours)}")

@@ -73,6 +73,20 @@ class PreparedModel:
         # run()'s short path applies: one plan serves every run (no default to override, no specialisation)
         self._plain = not self.defaults and id(self.plan) not in self._specializers
 
+    def settle(self, inputs: Any, timeout: float = 5.0) -> str | None:
+        """Run the model on `inputs` until the BLAS mode its runs keep on this machine is known, for at
+        most `timeout` seconds: a new process's first runs wait for the machine's load to be read, and
+        a model's first runs on an idle machine try both modes (blas.ModeChoice). For tools that time
+        runs (the CLI's bench, profile and run's steady state). Returns "native", "split", or None when
+        not decided within the timeout (or no mode applies: a plan without heavy steps, one thread)."""
+        run_scope.settle(self.threads, self.plan.uses_blas)
+        if not self.plan.uses_blas or self.threads == 1 or blas.POLICY != "auto" or not blas.managed():
+            return None
+        end = time.perf_counter() + timeout
+        while self.blas_modes.split is None and time.perf_counter() < end:
+            self.run(inputs)
+        return None if self.blas_modes.split is None else "split" if self.blas_modes.split else "native"
+
     def plan_for(self, outputs: tuple[str, ...], feeds: Any = None) -> Plan:
         """The plan computing `outputs` (any values of the graph) for these feeds."""
         overrides = self._overrides(feeds) if self.defaults else False

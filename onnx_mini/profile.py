@@ -372,7 +372,8 @@ def profile(model, feeds, runs: int = 10, *, warmup: int = 1, optimize: bool = T
     """Run `model` (a path, bytes, ModelProto, or a prepared model) `runs` times on `feeds` (a dict
     name -> value, or a list in input order) after `warmup` unrecorded runs, and return the Profile.
     progress(done, total) is called after each run, warm-up included. A model whose runs manage
-    BLAS starts them once its mode is decided (run_scope.settle: at most 1 s in a new process)."""
+    BLAS starts them once its mode is decided (PreparedModel.settle: the machine's load read, the
+    model's mode trials run; at most ~5 s)."""
     if runs < 1:
         raise ValueError("runs must be at least 1")
     prepared = model if isinstance(model, PreparedModel) else _prepare(model, optimize)
@@ -382,7 +383,7 @@ def profile(model, feeds, runs: int = 10, *, warmup: int = 1, optimize: bool = T
     constant_bytes = sum(_root_bytes(v, constants) for v in plan.template if v is not None)
     recorder = _Recorder(plan, constants)
     total = warmup + runs
-    run_scope.settle(prepared.threads, plan.uses_blas)     # not a new process's first runs' mode
+    prepared.settle(feeds)      # not a new process's first runs' mode, nor the model's mode trials
     for r in range(total):
         recorder.start(r - warmup if r >= warmup else None)
         with run_scope.running(prepared.threads, plan.uses_blas, prepared.max_tensor_bytes,   # as run() does

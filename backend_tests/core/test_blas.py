@@ -13,7 +13,7 @@ import threading
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import onnx_mini
 from onnx_mini import blas, parallel, run_scope
@@ -772,3 +772,25 @@ def test_mode_choice_is_tried_again_after_a_while(monkeypatch):
     assert choice.split is None and choice.times == ([], [])
     _try(choice, [0.05], [0.1])
     assert choice.split is False
+
+
+def test_prepared_model_settle_runs_the_trials(monkeypatch):
+    """PreparedModel.settle (the CLI's bench and profile call it before timing) runs the model until its
+    mode is chosen; a plan without heavy steps has no mode to wait for."""
+    if not blas.managed():
+        pytest.skip("numpy's BLAS is not the bundled OpenBLAS")
+    monkeypatch.setattr(blas, "POLICY", "auto")
+    monkeypatch.setattr(blas, "_busy", lambda: False)              # an idle machine
+    monkeypatch.setattr(blas, "TRIAL_SECONDS", 0.0)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 8])
+    w = numpy_helper.from_array(np.eye(8, dtype=np.float32), "w")
+    heavy = helper.make_model(helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g", [x], [y], [w]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    rep = onnx_mini.prepare(heavy)
+    feeds = {"x": np.ones((8, 8), np.float32)}
+    assert rep.settle(feeds, timeout=10.0) in ("native", "split")
+    assert rep.blas_modes.split is not None and sum(map(len, rep.blas_modes.times)) >= 2 * blas.PHASES
+    light = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    assert onnx_mini.prepare(light).settle(feeds) is None
