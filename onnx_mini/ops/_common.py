@@ -439,7 +439,8 @@ def constant_lists(constants, required: tuple, optional: tuple, what: dict):
 # 512K 1.66 / 1.56, 1M 3.9 / 3.3, 1.7M 7.2 / 3.9, 3.4M 16.8 / 7.2; below ~1M the pool's hand-off and the
 # GIL taken back between the blocks' numpy calls cost what the second thread saves)
 BLOCKS_MIN_VALUES = 1 << 20
-BLOCK_VALUES = 1 << 20          # 3.4M in blocks of ~850K: 7.2 against 9.7 ms in two halves (the caches)
+BLOCK_VALUES = 1 << 20          # 3.4M values: 4 blocks 8.65 ms, 8 blocks 8.09, 2 (halves) 9.7, whole 18.0;
+                                # 1.7M: 2 blocks 3.9 ms, 4 or 8 blocks 5.0-6.4 (alternating, alone)
 
 
 def by_blocks(fn):
