@@ -115,7 +115,7 @@ def measure_case(app, runners: dict, quick: bool) -> dict[str, dict]:
     """Alternating blocks; per runtime: median per-call seconds, every call's time, calls per block."""
     fns = {rt: (lambda r=r: app.run(r.call)) for rt, r in runners.items()}
     if "onnx_mini" in runners:           # its steady state: the model's BLAS mode chosen (at most 5 s)
-        runners["onnx_mini"].settle(fns["onnx_mini"])
+        runners["onnx_mini"].settle(app.feeds)
     per_call = {rt: [] for rt in fns}
     n_calls = {}
     for blk in range(BLOCKS[quick]):

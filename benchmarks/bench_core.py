@@ -243,17 +243,11 @@ class Runner:
     def ok(self) -> bool:
         return self.call is not None and not self.error
 
-    def settle(self, run: Callable[[], Any], timeout: float = 5.0) -> None:
-        """onnx_mini only: call run() until the model's BLAS mode on this machine is chosen (its first
-        runs on an idle machine try both: blas.ModeChoice), at most `timeout` seconds, so that the timed
-        calls are its steady state (as PreparedModel.settle, for callers with their own sequence of feeds)."""
-        modes = getattr(self.obj, "blas_modes", None) if self.name == "onnx_mini" and self.ok else None
-        if modes is None:
-            return
-        onnx_mini.blas.settle()
-        end = time.perf_counter() + timeout
-        while modes.split is None and time.perf_counter() < end:
-            run()
+    def settle(self, feeds: dict) -> None:
+        """onnx_mini only: its runs on feeds until the model's BLAS mode on this machine is chosen
+        (PreparedModel.settle, at most ~5 s), so that the timed calls are its steady state."""
+        if self.name == "onnx_mini" and self.ok:
+            self.obj.settle(feeds)
 
     def try_run(self, feeds: dict) -> list | None:
         if not self.ok:

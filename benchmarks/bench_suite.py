@@ -206,7 +206,7 @@ def measure_one(case: Case, runtime: str, quick: bool, memory: bool, out_path: s
                     res["latency_s"] = core.measure(lambda: runner.call(feeds), res["timed_runs"],
                                                     warmup=0 if slow else 1, min_sample=0.0, max_seconds=60)
             else:                       # the first run above was a warm-up already
-                runner.settle(lambda: runner.call(feeds))   # onnx_mini: its BLAS mode chosen (at most 5 s)
+                runner.settle(feeds)    # onnx_mini: its BLAS mode chosen (at most 5 s)
                 slow = first > SLOW_RUN[quick]      # seconds-long runs: fewer samples, within ~SLOW_BUDGET s
                 reps = max(1, min(3, int(SLOW_BUDGET[quick] / first))) if slow else REPEATS[quick]
                 res["timed_runs"] = reps if slow else None

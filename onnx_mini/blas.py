@@ -178,6 +178,11 @@ class _Load:
         self.prev = snapshot         # (time, machine cpu, own cpu) of the previous reading, or None
 
 
+def tries_modes() -> bool:
+    """Whether runs with a ModeChoice may try both modes: the auto policy on the bundled OpenBLAS."""
+    return POLICY == "auto" and _OPENBLAS is not None
+
+
 def managed() -> bool:
     """Whether onnx_mini can set numpy's BLAS threads (the bundled OpenBLAS, not ONNX_MINI_BLAS_THREADS=native)."""
     return _OPENBLAS is not None

@@ -80,7 +80,7 @@ class PreparedModel:
         runs (the CLI's bench, profile and run's steady state). Returns "native", "split", or None when
         not decided within the timeout (or no mode applies: a plan without heavy steps, one thread)."""
         run_scope.settle(self.threads, self.plan.uses_blas)
-        if not self.plan.uses_blas or self.threads == 1 or blas.POLICY != "auto" or not blas.managed():
+        if not self.plan.uses_blas or self.threads == 1 or not blas.tries_modes():
             return None
         end = time.perf_counter() + timeout
         while self.blas_modes.split is None and time.perf_counter() < end:

@@ -12,7 +12,8 @@ What a part must carry to pay (each user's threshold says what it measured): on 
 thread starts its part ~0.1 ms after the hand-off (92-146 us median, at times milliseconds), and two
 parts made of many short numpy calls hand the GIL back and forth, each hand-off another wake-up (a
 depthwise layer's row copies: 376 against 35 us while the other part ran). Parts of one long call
-(BLAS, an einsum) pay the wake-up only.
+(BLAS, an einsum) pay the wake-up only. And for ~0.1 s after each product OpenBLAS shares over its
+own threads, its worker spins on the core a part would run on (blas.ModeChoice).
 """
 from __future__ import annotations
 

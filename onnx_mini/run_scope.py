@@ -41,7 +41,7 @@ def enter(threads: int | None = None, uses_blas: bool = True, max_tensor_bytes: 
         return _NOTHING                      # no cap, no BLAS mode, no limit to put in force or undo
     token = parallel.cap(threads)            # the cap first: start_run reads it
     try:
-        blas_started = uses_blas and (blas.start_run() if modes is None else blas.start_run(modes, trial))
+        blas_started = uses_blas and blas.start_run(modes, trial)
         try:
             limits = dtypes.enter_model_limits(max_tensor_bytes)
             began = time.perf_counter() if blas_started.__class__ is blas._Trial else 0.0

@@ -250,22 +250,21 @@ def _columns(layout, x, group):
     better read as rows, im2col.LastColumns where one small image's are better gathered channels-last
     (only the one-image path takes either), else im2col.Columns."""
     kernel, strides, dil, begin, end, out = layout.geometry
-    if (im2col.channels_last_memory(x) and im2col.LastColumns.applies_channels_last(x.shape, group, kernel, dil)
-            and not im2col.Rows.applies(x.shape, group, kernel, dil, out)):
-        columns = layout.memo.get("columns, channels-last memory")
-        if columns is None:
-            columns = layout.memo["columns, channels-last memory"] = im2col.LastColumns(
-                x.shape, x.dtype, kernel, strides, dil, begin, end, out)
-        return columns
-    columns = layout.memo.get("columns")
+    last_memory = (im2col.channels_last_memory(x)
+                   and im2col.LastColumns.applies_channels_last(x.shape, group, kernel, dil)
+                   and not im2col.Rows.applies(x.shape, group, kernel, dil, out))
+    key = "columns, channels-last memory" if last_memory else "columns"
+    columns = layout.memo.get(key)
     if columns is None:
-        if im2col.Rows.applies(x.shape, group, kernel, dil, out):
+        if last_memory:
+            columns = im2col.LastColumns(x.shape, x.dtype, kernel, strides, dil, begin, end, out)
+        elif im2col.Rows.applies(x.shape, group, kernel, dil, out):
             columns = im2col.Rows(x.shape, x.dtype, kernel, strides, begin, end, out)
         elif im2col.LastColumns.applies(x.shape, group, kernel, strides, dil, out):
             columns = im2col.LastColumns(x.shape, x.dtype, kernel, strides, dil, begin, end, out)
         else:
             columns = im2col.Columns(x.shape, x.dtype, group, kernel, strides, dil, begin, end, out)
-        layout.memo["columns"] = columns
+        layout.memo[key] = columns
     return columns
 
 
