@@ -5,6 +5,8 @@ W is written out with its zeros there); small integers make every float32 sum ex
 results must match bit for bit."""
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import onnx
 import pytest
@@ -222,3 +224,29 @@ def test_strips_reads_a_strided_view_of_x():
     x = wide[:, :, :, ::2]
     got = conv.Convolution(pads=[1, 2, 0, 1], algorithm="strips")(x, w)
     np.testing.assert_array_equal(got, direct(np.ascontiguousarray(x), w, None, (1, 2, 0, 1)).astype(np.float32))
+
+
+@pytest.mark.parametrize("kept_max", [256 << 10, 0])
+def test_strips_kept_per_thread(monkeypatch, kept_max):
+    """Strips up to STRIPS_KEPT_MAX_BYTES are kept per thread, their zeros and ones written once: later
+    calls copy X's values only, so an X full of large values must leave the padding zero for the next
+    X; another thread gets its own. Above the size, each call fills a fresh buffer whole."""
+    monkeypatch.setattr(thresholds, "STRIPS_KEPT_MAX_BYTES", kept_max)
+    xs, ws, pads = (1, 3, 7, 8), (2, 3, 3, 3), (2, 1, 0, 2)
+    out = (7 + 2 - 2, 8 + 1 + 2 - 2)
+    g = strips.Strips(xs, np.dtype(np.float32), (3, 3), (1, 1), (2, 1), out)
+    w = ints(ws)
+    ws_ = strips.weights(w, None, np.float32)
+    first = strips.conv(np.full(xs, 1e6, np.float32), ws_, g).copy()
+    np.testing.assert_array_equal(first, direct(np.full(xs, 1e6, np.float32), w, None, pads).astype(np.float32))
+    x = ints(xs)
+    np.testing.assert_array_equal(strips.conv(x, ws_, g), direct(x, w, None, pads).astype(np.float32))
+    s = g.strips(x)
+    assert (g.strips(ints(xs)) is s) == (kept_max > 0)
+    assert np.all(s[-1] == 1)
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append((g.strips(x), strips.conv(x, ws_, g).copy())))
+    thread.start()
+    thread.join()
+    assert seen[0][0] is not s
+    np.testing.assert_array_equal(seen[0][1], direct(x, w, None, pads).astype(np.float32))

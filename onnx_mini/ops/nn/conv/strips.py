@@ -11,7 +11,8 @@ over the output). The bias is summed by the product itself: B is kernel row 0's 
 pass over the output for it).
 
 Against im2col it copies the input kw rather than kh*kw times (and makes no padded copy: the strips
-are filled from X, their borders zeroed), and against shifted it makes one product where shifted
+are filled from X, their borders zeroed; small strips are kept per thread with their borders and
+ones, so that a call copies X's values alone), and against shifted it makes one product where shifted
 makes kh*kw, with kh-1 additions where shifted makes kh*kw-1, its output contiguous and uncropped.
 But Z is kh times the output, and each kernel row's product runs over all Hp rows (Hp/Ho times
 the multiply-adds: 1.12 at 16x16, 1.02 at 128x128): where M is large against kw*C (a first layer's
@@ -21,6 +22,8 @@ output sums its kernel rows' partial sums after the product, in another order th
 sum (float results within the tests' tolerances; integer sums exact below 2**24, as im2col's).
 """
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 
@@ -54,7 +57,7 @@ def weights(w: np.ndarray, b, dtype) -> np.ndarray:
 
 class Strips:
     """The strips geometry of one image shape (1, C, H, W): which rows and columns of X each strip reads."""
-    __slots__ = ("c", "kw", "kh", "dh", "ho", "wo", "top", "h", "cols", "dtype")
+    __slots__ = ("c", "kw", "kh", "dh", "ho", "wo", "top", "h", "cols", "dtype", "kept")
 
     def __init__(self, x_shape, dtype, kernel, dil, begin, out):
         c, h, w = x_shape[1:]
@@ -70,22 +73,45 @@ class Strips:
             lo = min(self.wo, max(0, -shift))
             hi = max(lo, min(self.wo, w - shift))
             self.cols.append((lo, hi, shift))
+        # small strips are kept per thread, their zeros and ones written once (thresholds.STRIPS_KEPT_MAX_BYTES)
+        size = (self.c * self.kw + 1) * (self.ho + (self.kh - 1) * self.dh) * self.wo * dtype.itemsize
+        self.kept = threading.local() if size <= thresholds.STRIPS_KEPT_MAX_BYTES else None
 
-    def fill(self, s, x):
-        """s (C*kw + 1, Hp*Wo) <- the strips of x (1, C, H, W), and the row of ones."""
+    def _rows(self):
+        """(padded rows read, the first and past the last holding X's rows 0..e-a-1)."""
         hp = self.ho + (self.kh - 1) * self.dh
+        a = min(hp, self.top)
+        return hp, a, max(a, min(hp, self.top + self.h))
+
+    def strips(self, x):
+        """The strips S (C*kw + 1, Hp*Wo) of x (1, C, H, W) in the compute type, the last row ones: this
+        thread's kept S with X's values copied in (its padding and ones from when it was made), or a
+        recycled buffer filled whole."""
+        hp, a, e = self._rows()
+        shape = (self.c * self.kw + 1, hp * self.wo)
+        if self.kept is None:
+            s = memory.empty(shape, dtype=self.dtype)
+            self._padding(s, hp, a, e)
+        else:
+            s = getattr(self.kept, "s", None)
+            if s is None:                       # its own memory (not a recycled buffer's), for good
+                s = self.kept.s = np.empty(shape, dtype=self.dtype)
+                self._padding(s, hp, a, e)
         v = s[:-1].reshape(self.c, self.kw, hp, self.wo)
-        a = min(hp, self.top)                           # padded rows a..e-1 hold X's rows 0..e-a-1
-        e = max(a, min(hp, self.top + self.h))
-        v[:, :, :a] = 0
-        v[:, :, e:] = 0
         rows = x[0, :, :e - a]
         for dj, (lo, hi, shift) in enumerate(self.cols):
-            part = v[:, dj, a:e]
-            part[:, :, :lo] = 0
-            part[:, :, hi:] = 0
             if hi > lo:
-                part[:, :, lo:hi] = rows[:, :, lo + shift:hi + shift]
+                v[:, dj, a:e, lo:hi] = rows[:, :, lo + shift:hi + shift]
+        return s
+
+    def _padding(self, s, hp, a, e):
+        """The parts of S that X's values never reach: zeros, and the row of ones."""
+        v = s[:-1].reshape(self.c, self.kw, hp, self.wo)
+        v[:, :, :a] = 0
+        v[:, :, e:] = 0
+        for dj, (lo, hi, _) in enumerate(self.cols):
+            v[:, dj, a:e, :lo] = 0
+            v[:, dj, a:e, hi:] = 0
         s[-1] = 1
 
 
@@ -97,9 +123,7 @@ def conv(x, ws, geometry: Strips):
     g = geometry
     m = ws.shape[0] // g.kh
     n, step = g.ho * g.wo, g.dh * g.wo          # output pixels; Z's columns between two kernel rows
-    s = memory.empty((ws.shape[1], n + (g.kh - 1) * step), dtype=g.dtype)
-    g.fill(s, x)
-    z = blas.matmul(ws, s)
+    z = blas.matmul(ws, g.strips(x))
     if g.kh == 1:
         return z.reshape(1, m, g.ho, g.wo)
     y = np.add(z[:m, :n], z[m:2 * m, step:step + n])

@@ -23,6 +23,8 @@ STRIPS_MAX_OUTPUT_SHARE = 2 / 3          # ... with M <= this * kw * C (its Z is
 STRIPS_MAX_OUTPUT_SHARE_SPLITTING = 1 / 2   # split runs: 32x128x128 -> 16 4.05 -> 3.29 ms, 64x64x64 -> 32 2.90 -> 2.36,
                                          # 128x16x16 -> 128 (1/3) 1.44 -> 1.40; at share 2/3 32x32x32 -> 64 lost
                                          # 0.74 -> 0.78, 64x16x16 -> 128 0.86 -> 0.92 (alternating medians, loaded)
+STRIPS_KEPT_MAX_BYTES = 256 << 10        # strips up to this size kept per thread, padding written once: the wake
+                                         # word's 16x48x16 (157 KB) filled in 26 against 45 us (alternating, alone)
 WINOGRAD_MIN_CHANNELS = 256              # Winograd F(2x2, 3x3) beat im2col at C, M >= 256, lost at 64
 WINOGRAD_MIN_PIXELS = 196                # ... and from 14x14 outputs on (512->512 at 7x7 lost)
 DW_LAST_MAX_PIXELS = 1024                # depthwise: channels-last layouts up to this many output pixels, flat above
