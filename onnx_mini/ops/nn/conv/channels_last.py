@@ -416,27 +416,34 @@ class ConvNHWC:
         weight 0 with an infinity makes a NaN. (Under load, 3x3 /2, against one einsum over 12
         (row, phase, column) slots, 3 of them weighted 0: 16x112x112 408 -> 368 us, 64x112x112
         1211 -> 1129, 128x56x56 500 -> 481, 32x56x56 206 -> 192; the 6-d windows einsum 1160 / 315
-        at 16x112x112 / 16x56x56.)"""
+        at 16x112x112 / 16x56x56.) Below DW_READ_ROWS_MIN_BYTES the phases and their views are kept per
+        thread and shape, their zeros written once, as _depthwise_small's padded input (mobilenet_qdq's
+        16x56x56 /2 with its requantization, alone, alternating: 247 -> 193 and 196 -> 156 us)."""
         n, c = x.shape[0], x.shape[3]
         kh, kw = w.shape[2:]
         oh, ow = out
         sh, sw = strides
         _, _, _, need, dst, src, (cols, regions), pieces, _ = plan
         by_rows = _by_rows(x, need, c)
+        wt = self._tiled(self.weights(w), w, ow)          # (kh, kw, Wo*C)
         if by_rows:     # every element the windows read is written by _read_rows
             xp = memory.empty((n, need[0], sw, cols, c), x.dtype)
-        else:
-            xp = memory.zeros((n, need[0], sw, cols, c), x.dtype)
+            views = _phase_views(xp, strides, (kh, kw), out)
+        else:           # the phases kept per thread and shape (DW_READ_ROWS_MIN_BYTES), zeros written once
+            kept = self.scratch.__dict__
+            key = ("phases", x.shape, x.dtype, w.shape)
+            entry = kept.get(key)
+            if entry is None:
+                xp = np.zeros((n, need[0], sw, cols, c), x.dtype)
+                entry = (xp, _phase_views(xp, strides, (kh, kw), out))
+                if len(kept) < 4:
+                    kept[key] = entry
+            xp, views = entry
             for p, (lo, hi), cs in regions:
                 xp[:, dst[0], p, lo:hi] = x[:, src[0], cs]
-        wt = self._tiled(self.weights(w), w, ow)          # (kh, kw, Wo*C)
         y = memory.empty((n, oh, ow, c), x.dtype)
         rows = y.reshape(n, oh, ow * c)
-        s0, s1, _, s3, s4 = xp.strides
-        # phase p: the kernel columns p, p + s, ... (phase 0 always has one), the q-th of them from column q on
-        phases = [(np.lib.stride_tricks.as_strided(xp[:, :, p], (n, oh, kh, len(range(p, kw, sw)), ow * c),
-                                                   (s0, s1 * sh, s1, s3, s4), writeable=False), wt[:, p::sw])
-                  for p in range(min(sw, kw))]
+        phases = [(view, wt[:, p::sw]) for p, view in enumerate(views)]
 
         def part(r0, r1):
             if by_rows:
@@ -489,6 +496,19 @@ def _depthwise_windows(xp, strides, kernel, out):
         return strided_view(xp, (n, oh, kh, kw, ow * c), (s0, s1 * strides[0], s1, s2, s3)), "nhabr,abr->nhr", True
     windows = strided_view(xp, (n, oh, ow, kh, kw, c), (s0, s1 * strides[0], s2 * strides[1], s1, s2, s3))
     return windows, "nhwabc,abc->nhwc", False
+
+
+def _phase_views(xp, strides, kernel, out):
+    """Per column phase p of xp (N, rows, s, columns, C) (_depthwise_phased), the read-only view
+    (N, Ho, kh, taps, Wo*C) its kernel columns p, p + s, ... read, the q-th of them from column q on."""
+    n, c = xp.shape[0], xp.shape[4]
+    (sh, sw), (kh, kw), (oh, ow) = strides, kernel, out
+    s0, s1, s2, s3, s4 = xp.strides
+    views = [np.ndarray((n, oh, kh, len(range(p, kw, sw)), ow * c), xp.dtype, xp, p * s2, (s0, s1 * sh, s1, s3, s4))
+             for p in range(min(sw, kw))]
+    for v in views:
+        v.flags.writeable = False
+    return views
 
 
 def _row_pieces(phases, s, width=None, dst=None, src=None):
