@@ -878,6 +878,80 @@ def test_conv_mul_add_left_alone(case):
     assert ("", "Mul") in steps(rep)
 
 
+def _conv_layout_affine(layout, op="Add", const_shape=(1, 4, 1)):
+    """Conv (4 channels, no B) -> layout steps -> op(constant): jax2tf's Conv, Slice, Squeeze, then its bias."""
+    nodes, inits = [helper.make_node("Conv", ["x", "w"], ["p"], kernel_shape=[3, 1])], [init("w", rand(4, 2, 3, 1))]
+    last = "p"
+    for k, (kind, args) in enumerate(layout):
+        out = f"l{k}"
+        if kind == "Slice":
+            starts, ends, axes = args
+            names = [f"s{k}", f"e{k}", f"a{k}"]
+            inits += [init(n, np.array(v, np.int64)) for n, v in zip(names, (starts, ends, axes))]
+            nodes.append(helper.make_node("Slice", [last, *names], [out]))
+        elif kind in ("Squeeze", "Unsqueeze"):
+            inits.append(init(f"q{k}", np.array(args, np.int64)))
+            nodes.append(helper.make_node(kind, [last, f"q{k}"], [out]))
+        else:
+            nodes.append(helper.make_node(kind, [last], [out]))
+        last = out
+    nodes.append(helper.make_node(op, [last, "d"], ["y"]))
+    inits.append(init("d", rand(*const_shape)))
+    return nodes, inits
+
+
+BIG = 2 ** 31 - 1
+
+
+@pytest.mark.parametrize("layout, op, const_shape", [
+    ([("Slice", ([0, 0, 0, 0], [BIG, BIG, BIG, 1], [0, 1, 2, 3])), ("Squeeze", [3])], "Add", (1, 4, 1)),
+    ([("Squeeze", [-1]), ("Identity", None)], "Mul", (4, 1)),
+    ([("Slice", ([1, 0], [6, 4], [2, 1])), ("Unsqueeze", [2, 5])], "Add", (1, 4, 1, 1, 1, 1)),
+], ids=["magika-slice-squeeze", "squeeze-identity-mul", "spatial-slice-unsqueeze"])
+def test_conv_affine_folds_through_layout_steps(layout, op, const_shape):
+    """A per-channel Mul / Add after Slice / Squeeze / Unsqueeze / Identity steps that keep axis 1 (every
+    channel, in order) folds into the Conv before them: the steps then read the Conv's output with its
+    bias; values within float32 rounding of the graph as written, and by hand from Conv's definition."""
+    nodes, inits = _conv_layout_affine(layout, op, const_shape)
+    x = rand(2, 2, 7, 1)
+    rep = check(model(nodes, [("x", F, [2, 2, 7, 1])], [("y", F, None)], inits), [x],
+                ["Conv", *(kind for kind, _ in layout if kind != "Identity")])     # (identities.py drops those)
+    vals = {i.name: numpy_helper.to_array(i).astype(np.float64) for i in inits}
+    y = conv2d_direct(x.astype(np.float64), vals["w"])             # (2, 4, 5, 1)
+    for kind, args in layout:
+        if kind == "Slice":
+            index = [slice(None)] * y.ndim
+            for s, e, a in zip(*args):
+                index[a] = slice(s, e)
+            y = y[tuple(index)]
+        elif kind == "Squeeze":
+            y = np.squeeze(y, tuple(args))
+        elif kind == "Unsqueeze":
+            y = np.expand_dims(y, tuple(args))
+    want = y + vals["d"] if op == "Add" else y * vals["d"]
+    np.testing.assert_allclose(rep.run([x])[0], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["channel-slice", "channel-squeeze", "squeeze-without-axes", "step-read-elsewhere"])
+def test_conv_affine_not_folded_through_other_layout_steps(case):
+    """A Slice leaving some channels out, a Squeeze of the channel axis (one channel) or of unknown axes, a
+    step whose output is read elsewhere too: the Add stays."""
+    if case == "channel-slice":
+        nodes, inits = _conv_layout_affine([("Slice", ([0], [3], [1]))], "Add", (1, 3, 1, 1))
+    elif case == "channel-squeeze":
+        nodes, inits = _conv_layout_affine([("Squeeze", [1])], "Add", (1, 1))
+        nodes[0] = helper.make_node("Conv", ["x", "w"], ["p"], kernel_shape=[3, 1])
+        inits[0] = init("w", rand(1, 2, 3, 1))
+    else:
+        nodes, inits = _conv_layout_affine([("Squeeze", [3])], "Add", (1, 4, 1))
+        if case == "squeeze-without-axes":
+            nodes[1] = helper.make_node("Squeeze", ["p"], ["l0"])
+    outputs = [("y", F, None)] + ([("l0", F, None)] if case == "step-read-elsewhere" else [])
+    rep = check(model(nodes, [("x", F, [2, 2, 7, 1])], outputs, inits), [rand(2, 2, 7, 1)],
+                ["Conv", "Slice" if case == "channel-slice" else "Squeeze", "Add"])
+    assert ("", "Add") in steps(rep)
+
+
 def test_batchnorm_scale_shift_not_folded_without_rank_or_per_channel_shape():
     nodes, extra = affine_nodes()
     check(model(nodes, [("x", F, None)], [("y", F, None)], bn_inits("bn", 4) + extra), [rand(2, 4, 3, 3)],

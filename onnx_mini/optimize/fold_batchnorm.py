@@ -191,7 +191,10 @@ def fold_affine_into_conv(ctx: Context) -> bool:
     of W's type: the constants fold into W and B as a BatchNormalization does, W' = W * c and B' = B * c + d
     (PP-LCNetV3's learnable affine after each Conv, as PaddleOCR's det model has: 2 x 0.4-1.4 ms over a
     240x240x32 map; its head's ConvTranspose bias written as an Add before a BatchNormalization, which then
-    folds too). The Conv's output (and the Mul's) must be read by the next node alone."""
+    folds too). The Conv's output (and the Mul's) must be read by the next node alone. Layout steps that
+    keep each channel's values on axis 1 may stand between them (_keeps_channels: jax2tf's Conv output
+    sliced and squeezed before its bias Add, as Google's Magika has: an Add over 13x512x508 values, ~2.7
+    ms of ~90); they then read the folded Conv's output."""
     changed = False
     for conv in list(ctx.nodes):
         if not ctx.alive(conv) or len(conv.inputs) < 2 or len(conv.outputs) != 1 or not conv.outputs[0]:
@@ -206,12 +209,62 @@ def fold_affine_into_conv(ctx: Context) -> bool:
         if w is None or w.ndim < 3:
             continue
         channels = w.shape[out_axis] * (int(conv.attrs.get("group", 1)) if out_axis else 1)
-        c, d, after, last = affine_after(ctx, conv, w.ndim, channels, w.dtype)
+        chain, rank, start = [], w.ndim, conv
+        while True:
+            step = ctx.single_user(start.outputs[0])
+            kept = _keeps_channels(ctx, step, start.outputs[0], rank, channels)
+            if kept is None:
+                break
+            chain.append(step)
+            rank, start = kept, step
+        c, d, after, last = affine_after(ctx, start, rank, channels, w.dtype)
         new = fold(ctx, conv, c, None, None, d) if after else None
         if new is not None:
-            ctx.replace([conv, *after], [replace(new, outputs=last.outputs)])
+            if chain:       # the layout steps read the folded Conv; the last one writes the affine's output
+                ctx.replace([conv, *chain, *after], [new, *chain[:-1], replace(chain[-1], outputs=last.outputs)])
+            else:
+                ctx.replace([conv, *after], [replace(new, outputs=last.outputs)])
             changed = True
     return changed
+
+
+def _keeps_channels(ctx: Context, node, x: str, rank: int, channels: int) -> int | None:
+    """The rank of `node`'s output when `node` reads x (rank `rank`, its channels on axis 1) as a layout step
+    that leaves axis 1 and each channel's values on it alone: an Identity, a Squeeze / Unsqueeze of axes past
+    1, a Slice taking every channel in order (any slice of the other axes); else None. A per-channel
+    constant added (or multiplied) after such a step may be before it: same values, same positions."""
+    if node is None or not node.inputs or node.inputs[0] != x or len(node.outputs) != 1 or not node.outputs[0]:
+        return None
+    if ctx.is_op(node, "Identity"):
+        return rank
+    if ctx.is_op(node, "Squeeze") or ctx.is_op(node, "Unsqueeze"):
+        axes = node.attrs.get("axes")
+        if axes is None and len(node.inputs) > 1 and node.inputs[1]:
+            axes = ctx.value(node.inputs[1])
+        if axes is None:                # Squeeze without axes: which axes go is not known here
+            return None
+        axes = [int(a) for a in np.asarray(axes).reshape(-1)]
+        out = rank - len(axes) if node.op_type == "Squeeze" else rank + len(axes)
+        within = rank if node.op_type == "Squeeze" else out    # the rank its axes count in
+        if not axes or any(not -within <= a < within or a % within < 2 for a in axes):
+            return None
+        return out
+    if ctx.is_op(node, "Slice", (10, 11, 13)) and len(node.inputs) >= 3:
+        starts, ends = ctx.value(node.inputs[1]), ctx.value(node.inputs[2])
+        if not isinstance(starts, np.ndarray) or not isinstance(ends, np.ndarray):
+            return None
+        axes = ctx.value(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] else np.arange(starts.size)
+        steps = ctx.value(node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4] else np.ones(starts.size)
+        if not isinstance(axes, np.ndarray) or not isinstance(steps, np.ndarray) \
+                or not starts.size == ends.size == axes.size == steps.size:
+            return None
+        for a, s, e, t in zip(axes.reshape(-1), starts.reshape(-1), ends.reshape(-1), steps.reshape(-1)):
+            if not -rank <= int(a) < rank:
+                return None
+            if int(a) % rank == 1 and not (int(s) == 0 and int(t) == 1 and int(e) >= channels):
+                return None
+        return rank
+    return None
 
 
 def affine_after(ctx: Context, node, rank: int, channels: int, dtype=None):
