@@ -111,11 +111,22 @@ def time_block(fn, calls: int) -> list[float]:
     return out
 
 
+def first_feeds(app, runner) -> dict:
+    """The feeds of one run of the app's model: its own `feeds` (an App), else those of the first run one
+    call of it makes (bench_real's cases, a stream's first chunk)."""
+    feeds = getattr(app, "feeds", None)
+    if feeds is None:
+        seen = []
+        app.run(lambda f: seen.append(f) or runner.call(f))
+        feeds = seen[0]
+    return feeds
+
+
 def measure_case(app, runners: dict, quick: bool) -> dict[str, dict]:
     """Alternating blocks; per runtime: median per-call seconds, every call's time, calls per block."""
     fns = {rt: (lambda r=r: app.run(r.call)) for rt, r in runners.items()}
     if "onnx_mini" in runners:           # its steady state: the model's BLAS mode chosen (at most 5 s)
-        runners["onnx_mini"].settle(app.feeds)
+        runners["onnx_mini"].settle(first_feeds(app, runners["onnx_mini"]))
     per_call = {rt: [] for rt in fns}
     n_calls = {}
     for blk in range(BLOCKS[quick]):
