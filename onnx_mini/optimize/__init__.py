@@ -15,8 +15,9 @@ or captured by a subgraph, and keep results within the official tolerances:
   the input);
 - fold_batchnorm.py: a per-channel Mul / Add after an inference BatchNormalization folded into its
   scale and bias; the BatchNormalization then folded into a preceding Conv / ConvTranspose / Gemm /
-  MatMul with constant weights (new weights and bias initializers); a per-channel Mul / Add right after
-  a Conv folded into its weights and bias alike;
+  MatMul with constant weights (new weights and bias initializers); a per-channel Mul / Add after a Conv
+  (right after it, or after layout steps that keep its channels: Squeeze, Unsqueeze, Slice) folded into
+  its weights and bias alike;
 - bias_through.py: a Conv's bias carried into the 1x1 Conv that alone reads its output;
 - relu_concat.py: a Relu after a Concat applied to the Concat's inputs that can be negative only
   (then fused into their convolutions);
