@@ -1527,12 +1527,16 @@ def test_rank_through_a_chain_deeper_than_pythons_recursion_limit():
 
 # -- one-hot product: MatMul(Cast(Equal(A, C)), E) -> OneHotMatMul -----------------------------------
 
-def _one_hot_model(c, e, a_shape, cast_to=F, extra_output=None, a_type=TensorProto.INT32):
+def _one_hot_model(c, e, a_shape, cast_to=F, extra_output=None, a_type=TensorProto.INT32, bias=None):
     nodes = [helper.make_node("Equal", ["a", "c"], ["eq"]), helper.make_node("Cast", ["eq"], ["h"], to=cast_to),
-             helper.make_node("MatMul", ["h", "e"], ["y"])]
+             helper.make_node("MatMul", ["h", "e"], ["p" if bias is not None else "y"])]
+    inits = [init("c", c), init("e", e)]
+    if bias is not None:            # a Dense layer's bias after the product (jax2tf's AddV2)
+        nodes.append(helper.make_node("Add", ["p", "b"], ["y"]))
+        inits.append(init("b", bias))
     outputs = [("y", F if cast_to == F else cast_to, None)] + ([(extra_output, TensorProto.BOOL, None)]
                                                              if extra_output else [])
-    return model(nodes, [("a", a_type, a_shape)], outputs, [init("c", c), init("e", e)], opset=13)
+    return model(nodes, [("a", a_type, a_shape)], outputs, inits, opset=13)
 
 
 def _one_hot_table(e):
@@ -1559,6 +1563,47 @@ def test_one_hot_product_gathers_rows(values):
     flat = c.reshape(-1).tolist()      # by hand: E's row where a value is in C, else zeros
     expect = np.array([e[flat.index(v)] + 0.0 if v in flat else np.zeros(d, np.float32) for v in a.reshape(-1)])
     np.testing.assert_array_equal(got.reshape(-1, d), expect)
+
+
+@pytest.mark.parametrize("bias_shape", [(1, 1, 5), (5,), (1, 1)])
+def test_one_hot_product_takes_the_bias_add_after_it(bias_shape):
+    """Magika's Dense bias: Add(product, B) with B varying along the last axis alone joins the step (rows
+    gathered from E + B; the misses B itself), bit for bit the written ops, with an infinity and a -0.0
+    in B too; by hand: E's row + B where a value is in C, else 0 + B."""
+    k, d = 7, 5
+    c = np.array([5, 3, 9, -2, 40, 0, 11], np.int32).reshape(1, 1, k)
+    e = _one_hot_table(rand(k, d))
+    b = rand(*bias_shape)
+    b.reshape(-1)[0] = -0.0
+    if b.size > 1:
+        b.reshape(-1)[1] = np.inf
+    a = np.array([[-3, 0, 1, 6, 7, 40], [11, 9, -2, 2, 100, 5]], np.int32).reshape(2, 6, 1)
+    m = _one_hot_model(c, e, [2, 6, 1], bias=b)
+    opt = onnx_mini.prepare(m)
+    assert steps(opt) == [(FUSED, "OneHotMatMul")]
+    got, want = opt.run([a])[0], onnx_mini.prepare(m, optimize=False).run([a])[0]
+    assert got.shape == want.shape == (2, 6, d)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    flat, row = c.reshape(-1).tolist(), np.broadcast_to(b.reshape(-1), (d,))
+    expect = np.array([(e[flat.index(v)] + 0.0 if v in flat else np.zeros(d, np.float32)) + row
+                       for v in a.reshape(-1)])
+    np.testing.assert_array_equal(got.reshape(-1, d), expect)
+
+
+@pytest.mark.parametrize("bias_shape", [(2, 1, 5), (1, 1, 1, 5)])
+def test_one_hot_product_leaves_other_adds(bias_shape):
+    """A B varying along another axis stays an Add; a B of a higher rank than the product joins but takes
+    the written ops at run time (the Add raises the rank): the written ops' values and shapes either way."""
+    k, d = 4, 5
+    c = np.arange(k, dtype=np.int32).reshape(1, 1, k)
+    e = rand(k, d)
+    m = _one_hot_model(c, e, [2, 3, 1], bias=rand(*bias_shape))
+    opt, raw = onnx_mini.prepare(m), onnx_mini.prepare(m, optimize=False)
+    assert (("", "Add") in steps(opt)) == (bias_shape[0] == 2)
+    a = np.array([[0, 3, 9], [1, 2, 2]], np.int32).reshape(2, 3, 1)
+    got, want = opt.run([a])[0], raw.run([a])[0]
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
 
 
 def test_one_hot_product_other_shapes_take_the_written_ops():

@@ -499,10 +499,13 @@ def fused_one_hot_matmul(*, _constants=None):
     layer (Google's Magika). Where A's last axis is 1, each row of the product is E's row j for the j
     with A = C[j], zeros when there is none: exactly the product's value (one term 1 * E[j], the others
     0 * E[i] = +-0; a zero sum +0, as the BLAS accumulates from +0: the table holds E + 0.0). Gathered
-    from that table (its row K the zeros) rather than multiplied. Any other A (its last axis not 1,
-    another type) takes the three ops as written."""
+    from that table (its row K the zeros) rather than multiplied. With B, the Add of a constant varying
+    along the last axis alone that followed the product: the table holds (E + 0.0) + B and its last row
+    0.0 + B, each row the value the Add gives that row of the product (any B, inf or NaN too). Any other
+    A (its last axis not 1, another type), or a B that would raise the product's rank, takes the ops as
+    written."""
     constants = _constants or {}
-    c, e = constants.get(1), constants.get(2)
+    c, e, b = constants.get(1), constants.get(2), constants.get(3)
     mm = matmul_1()
     table = None
     if (c is not None and e is not None and (c.dtype.kind == "i" or (c.dtype.kind == "u" and c.dtype.itemsize < 8))
@@ -510,6 +513,12 @@ def fused_one_hot_matmul(*, _constants=None):
         values = c.reshape(-1).astype(np.int64)
         if values.size == e.shape[0] and values.size == np.unique(values).size and np.isfinite(e).all():
             table = np.concatenate([e + e.dtype.type(0), np.zeros((1, e.shape[1]), e.dtype)])
+            if b is not None:
+                if (b.dtype == e.dtype and b.ndim >= 1 and b.shape[-1] in (1, e.shape[1])
+                        and all(d == 1 for d in b.shape[:-1])):
+                    table += b.reshape(1, -1)
+                else:
+                    table = None
             k, lo = values.size, int(values[0])
             dense = bool(np.array_equal(values, np.arange(lo, lo + k)))       # C = lo, lo + 1, ...
             order = np.argsort(values)
@@ -524,9 +533,11 @@ def fused_one_hot_matmul(*, _constants=None):
         at = np.minimum(np.searchsorted(ordered, v), k - 1)
         return np.where(ordered[at] == v, order[at], k)
 
-    def run(a, c_, e_):
-        if table is None or c_ is not c or e_ is not e or a.dtype != c.dtype or a.ndim == 0 or a.shape[-1] != 1:
-            return mm(np.equal(a, c_).astype(e_.dtype), e_)
+    def run(a, c_, e_, b_=None):
+        if (table is None or c_ is not c or e_ is not e or b_ is not b or a.dtype != c.dtype or a.ndim == 0
+                or a.shape[-1] != 1 or (b is not None and b.ndim > max(a.ndim, c.ndim))):
+            y = mm(np.equal(a, c_).astype(e_.dtype), e_)
+            return y if b_ is None else np.add(y, b_)
         rows = row_of(a.reshape(-1).astype(np.int64))
         # C of a higher rank than A: the one-hot (and the product) gain its leading axes
         return table[rows].reshape((1,) * (c.ndim - a.ndim) + a.shape[:-1] + table.shape[1:])

@@ -548,7 +548,9 @@ _CAST_TO = {np.dtype(np.float32): 1, np.dtype(np.float64): 11}      # TensorProt
 def _one_hot_product(ctx: Context, mm) -> bool:
     """MatMul(Cast(Equal(A, C)), E): C a constant integer [1, ..., 1, K] of distinct values, E a constant
     finite [K, D] float32 / float64 matrix, the Cast to E's type, each value read by the next alone ->
-    OneHotMatMul(A, C, E) (ops/fused.py: rows of E gathered where A's last axis is 1)."""
+    OneHotMatMul(A, C, E) (ops/fused.py: rows of E gathered where A's last axis is 1); an Add of a
+    constant B of E's type varying along the last axis alone (a Dense layer's bias: [1, ..., 1, D]),
+    reading the product alone, joins it as OneHotMatMul(A, C, E, B) (the rows gathered from E + B)."""
     if not ctx.is_op(mm, "MatMul", (1, 9, 13)) or len(mm.inputs) != 2 or not ctx.is_constant(mm.inputs[1]):
         return False
     e = ctx.value(mm.inputs[1])
@@ -564,6 +566,12 @@ def _one_hot_product(ctx: Context, mm) -> bool:
         v = ctx.value(c) if ctx.is_constant(c) and not ctx.is_constant(a) else None
         if (isinstance(v, np.ndarray) and v.dtype.kind in "iu" and v.ndim >= 1 and v.shape[-1] == e.shape[0]
                 and v.size == e.shape[0] and np.unique(v).size == v.size):
+            add = _next(ctx, mm, "Add", (7, 13, 14))
+            bias = _other(add, _out(mm)) if add is not None else None
+            b = ctx.value(bias) if bias and ctx.is_constant(bias) else None
+            if (isinstance(b, np.ndarray) and b.dtype == e.dtype and b.ndim >= 1 and b.shape[-1] in (1, e.shape[1])
+                    and all(d == 1 for d in b.shape[:-1])):
+                return _fuse(ctx, [eq, cast, mm, add], "OneHotMatMul", (a, c, mm.inputs[1], bias), {})
             return _fuse(ctx, [eq, cast, mm], "OneHotMatMul", (a, c, mm.inputs[1]), {})
     return False
 
