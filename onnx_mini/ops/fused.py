@@ -492,6 +492,13 @@ def fused_gelu(*, approximate="none"):
     return gelu_20(approximate=approximate)
 
 
+def one_hot_bias(b, e) -> bool:
+    """Whether b, added after a product with E (K, D), varies along the last axis alone in E's type: a
+    Dense layer's bias [1, ..., 1, D] (or [..., 1]), which OneHotMatMul folds into its table."""
+    return (isinstance(b, np.ndarray) and b.dtype == e.dtype and b.ndim >= 1 and b.shape[-1] in (1, e.shape[1])
+            and all(d == 1 for d in b.shape[:-1]))
+
+
 @kernel("OneHotMatMul", since=1, domain=FUSED_DOMAIN, multi_output=False)
 def fused_one_hot_matmul(*, _constants=None):
     """MatMul(Cast(Equal(A, C)), E) with C a constant integer row of K distinct values and E a constant
@@ -514,8 +521,7 @@ def fused_one_hot_matmul(*, _constants=None):
         if values.size == e.shape[0] and values.size == np.unique(values).size and np.isfinite(e).all():
             table = np.concatenate([e + e.dtype.type(0), np.zeros((1, e.shape[1]), e.dtype)])
             if b is not None:
-                if (b.dtype == e.dtype and b.ndim >= 1 and b.shape[-1] in (1, e.shape[1])
-                        and all(d == 1 for d in b.shape[:-1])):
+                if one_hot_bias(b, e):
                     table += b.reshape(1, -1)
                 else:
                     table = None

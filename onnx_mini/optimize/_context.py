@@ -325,14 +325,20 @@ class Context:
         if rule == "broadcast":      # legacy broadcasting (opset < 7) also keeps the larger rank
             return None, ([x for x in node.inputs if x], _largest)
         if rule in ("squeeze", "unsqueeze"):
-            axes = node.attrs.get("axes")
-            if axes is None and len(node.inputs) > 1 and node.inputs[1] and self.is_constant(node.inputs[1]):
-                axes = self.value(node.inputs[1])
+            axes = self.axes(node)
             if axes is None:            # Squeeze without axes drops every axis of size 1: not known here
                 return None, None
-            n = len(np.asarray(axes).reshape(-1)) * (1 if rule == "unsqueeze" else -1)
+            n = len(axes) * (1 if rule == "unsqueeze" else -1)
             return None, ([node.inputs[0]], lambda ranks: None if ranks[0] is None else ranks[0] + n)
         return None, None
+
+    def axes(self, node) -> list[int] | None:
+        """A node's `axes` as written: its attribute (older opsets) or its constant second input (newer
+        ones: Squeeze / Unsqueeze 13, ReduceMean 18); None when it has neither or the input is not constant."""
+        axes = node.attrs.get("axes")
+        if axes is None and len(node.inputs) > 1 and node.inputs[1]:
+            axes = self.value(node.inputs[1])
+        return None if axes is None else [int(a) for a in np.asarray(axes).reshape(-1)]
 
     def graph_result(self) -> Graph:
         return replace(self.graph, nodes=self.nodes, initializers=self.initializers)

@@ -15,6 +15,8 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..errors import InvalidValueError
+from ..ops._common import normalize_axes
 from ._context import Context
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -238,17 +240,12 @@ def _keeps_channels(ctx: Context, node, x: str, rank: int, channels: int) -> int
     if ctx.is_op(node, "Identity"):
         return rank
     if ctx.is_op(node, "Squeeze") or ctx.is_op(node, "Unsqueeze"):
-        axes = node.attrs.get("axes")
-        if axes is None and len(node.inputs) > 1 and node.inputs[1]:
-            axes = ctx.value(node.inputs[1])
-        if axes is None:                # Squeeze without axes: which axes go is not known here
+        axes = ctx.axes(node)
+        if not axes:                    # Squeeze without axes: which axes go is not known here
             return None
-        axes = [int(a) for a in np.asarray(axes).reshape(-1)]
         out = rank - len(axes) if node.op_type == "Squeeze" else rank + len(axes)
-        within = rank if node.op_type == "Squeeze" else out    # the rank its axes count in
-        if not axes or any(not -within <= a < within or a % within < 2 for a in axes):
-            return None
-        return out
+        within = _axes_within(axes, rank if node.op_type == "Squeeze" else out)   # the rank they count in
+        return out if within is not None and min(within) >= 2 else None
     if ctx.is_op(node, "Slice", (10, 11, 13)) and len(node.inputs) >= 3:
         starts, ends = ctx.value(node.inputs[1]), ctx.value(node.inputs[2])
         if not isinstance(starts, np.ndarray) or not isinstance(ends, np.ndarray):
@@ -258,13 +255,22 @@ def _keeps_channels(ctx: Context, node, x: str, rank: int, channels: int) -> int
         if not isinstance(axes, np.ndarray) or not isinstance(steps, np.ndarray) \
                 or not starts.size == ends.size == axes.size == steps.size:
             return None
-        for a, s, e, t in zip(axes.reshape(-1), starts.reshape(-1), ends.reshape(-1), steps.reshape(-1)):
-            if not -rank <= int(a) < rank:
-                return None
-            if int(a) % rank == 1 and not (int(s) == 0 and int(t) == 1 and int(e) >= channels):
+        within = _axes_within([int(a) for a in axes.reshape(-1)], rank)
+        if within is None:
+            return None
+        for a, s, e, t in zip(within, starts.reshape(-1), ends.reshape(-1), steps.reshape(-1)):
+            if a == 1 and not (int(s) == 0 and int(t) == 1 and int(e) >= channels):
                 return None
         return rank
     return None
+
+
+def _axes_within(axes: list[int], rank: int) -> list[int] | None:
+    """axes mapped into [0, rank) (ops/_common.normalize_axes), or None where the node would raise."""
+    try:
+        return normalize_axes(axes, rank)
+    except InvalidValueError:
+        return None
 
 
 def affine_after(ctx: Context, node, rank: int, channels: int, dtype=None):

@@ -40,6 +40,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..ops.fused import one_hot_bias
 from ._context import FUSED_DOMAIN, Context, written_nodes
 
 _ELEM = (7, 13, 14)           # Add / Sub / Mul / Div with numpy broadcasting
@@ -273,14 +274,7 @@ def _reduce_axes(ctx: Context, node, x: str):
     as a negative number; None otherwise."""
     if not ctx.is_op(node, "ReduceMean", (1, 11, 13, 18)) or not node.attrs.get("keepdims", 1):
         return None
-    if ctx.version(node) >= 18:
-        if len(node.inputs) < 2 or not node.inputs[1]:
-            return None
-        v = ctx.value(node.inputs[1])
-        axes = None if v is None else [int(a) for a in v.ravel()]
-    else:
-        axes = node.attrs.get("axes")
-        axes = None if axes is None else [int(a) for a in axes]
+    axes = ctx.axes(node)       # (an attribute before opset 18, the second input from it)
     if not axes:
         return None
     if any(a >= 0 for a in axes):
@@ -569,8 +563,7 @@ def _one_hot_product(ctx: Context, mm) -> bool:
             add = _next(ctx, mm, "Add", (7, 13, 14))
             bias = _other(add, _out(mm)) if add is not None else None
             b = ctx.value(bias) if bias and ctx.is_constant(bias) else None
-            if (isinstance(b, np.ndarray) and b.dtype == e.dtype and b.ndim >= 1 and b.shape[-1] in (1, e.shape[1])
-                    and all(d == 1 for d in b.shape[:-1])):
+            if one_hot_bias(b, e):
                 return _fuse(ctx, [eq, cast, mm, add], "OneHotMatMul", (a, c, mm.inputs[1], bias), {})
             return _fuse(ctx, [eq, cast, mm], "OneHotMatMul", (a, c, mm.inputs[1]), {})
     return False
