@@ -34,8 +34,8 @@ def test_specialised_plans_reuse_the_dequantized_weights(monkeypatch):
     rng = np.random.default_rng(0)
     model, w = nbits_model(rng)
     calls = []
-    real = quantized_matmul.codes_by_k           # the weights' codes, unpacked once per dequantization
-    monkeypatch.setattr(quantized_matmul, "codes_by_k", lambda *a: calls.append(1) or real(*a))
+    real = quantized_matmul.unpack_bits          # the weights' codes, unpacked once per dequantization
+    monkeypatch.setattr(quantized_matmul, "unpack_bits", lambda *a: calls.append(1) or real(*a))
     prepared = onnx_mini.prepare(model)
     assert len(calls) == 1                                   # the general plan's transform
     for m in (1, 3, 1, 5):                                   # three shapes: three specialised plans

@@ -127,26 +127,20 @@ def nbits_model(b, scales, K, N, bs, n_runs_input=False):
 
 
 @pytest.mark.parametrize("bits", [2, 4, 8])
-def test_codes_unpacked_along_either_axis(bits):
+def test_codes_unpacked_low_bits_first(bits):
     # byte 0b11100100 holds, low bits first: 2-bit codes 0, 1, 2, 3; 4-bit codes 4, 14; an 8-bit code 228
     byte = np.uint8(0b11100100)
     first = {2: [0, 1, 2, 3], 4: [4, 14], 8: [228]}[bits]
     np.testing.assert_array_equal(qm.unpack_bits(np.array([[byte]]), bits), [first])
-    np.testing.assert_array_equal(qm.unpack_bits(np.array([[byte], [byte]]), bits, axis=0),
-                                  np.array(first * 2).reshape(-1, 1))          # each byte's codes in turn
-    packed = np.random.default_rng(bits).integers(0, 256, (5, 7)).astype(np.uint8)     # [N, bytes]
-    along = qm.unpack_bits(packed, bits)                                                # [N, K]
-    np.testing.assert_array_equal(qm.unpack_bits(packed.T, bits, axis=0), along.T)
-    by_k = qm.codes_by_k(packed, bits)
-    assert by_k.dtype == F32 and by_k.flags.c_contiguous
-    np.testing.assert_array_equal(by_k, along.T)
+    np.testing.assert_array_equal(qm.unpack_bits(np.array([[byte, 0], [0, byte]], np.uint8), bits),
+                                  [first + [0] * len(first), [0] * len(first) + first])    # each byte in turn
 
 
 def test_matmul_nbits_dequantizes_initializers_once(monkeypatch):
     from onnx_mini.ops.contrib import quantized_matmul as qm
     calls = []
-    real = qm.codes_by_k                # the weights' codes, unpacked once per dequantization
-    monkeypatch.setattr(qm, "codes_by_k", lambda *a: calls.append(1) or real(*a))
+    real = qm.unpack_bits               # the weights' codes, unpacked once per dequantization
+    monkeypatch.setattr(qm, "unpack_bits", lambda *a: calls.append(1) or real(*a))
     rng = np.random.default_rng(3)
     N, K, bs = 3, 32, 16
     q, b = nbits_weights(rng, N, K, bs, 4)
