@@ -97,6 +97,30 @@ def test_matmul_nbits(bits, K, zp_kind):
                                      block_size=bs), y)
 
 
+@pytest.mark.parametrize("K, N", [(16, 40), (64, 5)])     # W^T kept as K rows of N, and as N rows of K
+@pytest.mark.parametrize("rows", [1, 3])
+@pytest.mark.parametrize("constant", [True, False])
+def test_matmul_nbits_either_weight_layout(K, N, rows, constant):
+    from onnx_mini import blas
+    assert blas.reads_as_rows(K, N) == (N <= 2 * K)
+    rng = np.random.default_rng(K * N + rows)
+    bs = 16
+    nb = K // bs
+    q, b = nbits_weights(rng, N, K, bs, 4)
+    scales = (rng.random((N, nb)) + 0.5).astype(F32)
+    zp = rng.integers(0, 16, (N, nb)).astype(F32)
+    a = rng.standard_normal((rows, K)).astype(F32)
+    exp = nbits_reference(a, q, scales, zp, K, bs)
+    if constant:        # B, scales and zero points as initializers: dequantized once, at prepare
+        y = onnx_mini.prepare(nbits_model(b, scales, K, N, bs, zero_points=zp)).run([a])[0]
+    else:
+        y = ms("MatMulNBits", [a, b, scales, zp], K=K, N=N, bits=4, block_size=bs)
+    np.testing.assert_allclose(y, exp, rtol=1e-5, atol=1e-4)
+    g_idx = rng.integers(0, nb, K).astype(np.int32)        # the gathered path, either layout too
+    np.testing.assert_allclose(ms("MatMulNBits", [a, b, scales, zp, g_idx], K=K, N=N, bits=4, block_size=bs),
+                               nbits_reference(a, q, scales, zp, K, bs, g_idx=g_idx), rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
 def test_matmul_nbits_low_precision_bias_and_g_idx(dtype):
     rng = np.random.default_rng(7)
@@ -112,10 +136,12 @@ def test_matmul_nbits_low_precision_bias_and_g_idx(dtype):
     np.testing.assert_allclose(y.astype(F32), exp, rtol=2e-2, atol=0.25)
 
 
-def nbits_model(b, scales, K, N, bs, n_runs_input=False):
-    node = helper.make_node("MatMulNBits", ["A", "B", "scales"], ["Y"], domain=MS, name=NODE, K=K, N=N, bits=4,
-                            block_size=bs)
+def nbits_model(b, scales, K, N, bs, n_runs_input=False, zero_points=None):
+    names = ["A", "B", "scales"] + ([] if zero_points is None else ["zero_points"])
+    node = helper.make_node("MatMulNBits", names, ["Y"], domain=MS, name=NODE, K=K, N=N, bits=4, block_size=bs)
     inits = [numpy_helper.from_array(scales, "scales")]
+    if zero_points is not None:
+        inits.append(numpy_helper.from_array(zero_points, "zero_points"))
     inputs = [helper.make_tensor_value_info("A", TensorProto.FLOAT, None)]
     if n_runs_input:
         inputs.append(helper.make_tensor_value_info("B", TensorProto.UINT8, None))

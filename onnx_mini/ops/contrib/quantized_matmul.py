@@ -6,7 +6,7 @@ Spec: onnxruntime's ContribOperators documentation; where it is silent, onnxrunt
 - MatMulNBits: B holds N rows of K weights quantized in blocks of `block_size` along K, bit-packed
   low bits first (for 4 bits: first value in the low nibble); W[n, k] = (q[n, k] - zp[n, k // bs]) *
   scale[n, k // bs] with the default zero point 2^(bits-1); Y = A @ W^T (+ bias). Weights are
-  initializers: W is dequantized once at prepare (`prepack`) when B, scales and the zero points / g_idx
+  initializers: W^T is dequantized once at prepare (`prepack`) when B, scales and the zero points / g_idx
   given are constants, and on every call only when some are fed at run time.
 - GatherBlockQuantized: a Gather on a block-quantized table, dequantized after the gather (only the
   gathered rows are ever unpacked); an out-of-range index gives a slice of zeros. Packed zero points
@@ -100,10 +100,9 @@ def matmul_nbits_1(*, K, N, block_size, bits=4, accuracy_level=0, weight_prepack
     zp_bytes = -(-n_blocks * bits // 8)
 
     def dequantize(b, scales, zero_points, g_idx):
-        """W as a contiguous float32 [N, K]: (code - zero point) * scale per weight, in float32. N rows of K
-        (not W^T's [K, N]): a one-token product reads them as dot products of contiguous rows, 1.2-1.4x
-        faster than the columns of [K, N] (the int4 decoder's [896, 4864] from memory on two threads:
-        0.78-0.96 against 1.08-1.37 ms), and a larger A takes W^T as BLAS's transposed operand."""
+        """W^T [K, N] for the product: (code - zero point) * scale per weight, in float32, stored as
+        N contiguous rows of K (a transposed view) or as K rows of N, whichever a one-token product reads
+        faster (blas.reads_as_rows); a larger A takes either as BLAS's operand without a copy."""
         if b.dtype != _U8 or b.size != N * n_blocks * blob:
             raise InvalidValueError(f"B must be uint8 of shape [N={N}, k_blocks={n_blocks}, blob_size={blob}], "
                                     f"got {b.dtype} {list(b.shape)}")
@@ -136,11 +135,12 @@ def matmul_nbits_1(*, K, N, block_size, bits=4, accuracy_level=0, weight_prepack
             blocks = q.reshape(N, n_blocks, bs)
             blocks -= zp if zp.ndim == 0 else zp[:, :, None]
             blocks *= s[:, :, None]
-            return q if q.shape[1] == K else np.ascontiguousarray(q[:, :K])    # a last block's padding cut
-        q = q[:, :K]
-        q -= zp if zp.ndim == 0 else zp[:, block]
-        q *= s[:, block]
-        return np.ascontiguousarray(q)
+        else:
+            q = q[:, :K]
+            q -= zp if zp.ndim == 0 else zp[:, block]
+            q *= s[:, block]
+        w = q[:, :K]                            # (a last block's padding cut)
+        return np.ascontiguousarray(w).T if blas.reads_as_rows(K, N) else np.ascontiguousarray(w.T)
 
     weights = prepack(dequantize, _constants, (1, 2, 3, 4), required=2)
 
@@ -149,7 +149,7 @@ def matmul_nbits_1(*, K, N, block_size, bits=4, accuracy_level=0, weight_prepack
         if a.ndim == 0 or a.shape[-1] != K:
             raise InvalidValueError(f"A of shape {list(a.shape)} must end with K={K}")
         w = weights(b, scales, zero_points, g_idx)
-        y = as_array(np.matmul(a.astype(_F32, copy=False), w.T))
+        y = as_array(np.matmul(a.astype(_F32, copy=False), w))
         if bias is not None:
             if bias.size != N:
                 raise InvalidValueError(f"bias must have N={N} values, got shape {list(bias.shape)}")
