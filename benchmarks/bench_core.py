@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_core.py            # full run (under ~3 minutes)
     .venv/bin/python benchmarks/bench_core.py --quick    # fewer repetitions (under ~40 s)
-    .venv/bin/python benchmarks/bench_core.py --only control   # one case (chain, gather, reshape, control)
+    .venv/bin/python benchmarks/bench_core.py --only control   # one case (chain, gather, reshape, control, decode)
 
 Cases (see benchmarks/README.md):
   1. per-node overhead: a 1000-node dependency chain of tiny Add/Shape/Reshape/GatherElements nodes;
@@ -13,6 +13,10 @@ Cases (see benchmarks/README.md):
      MatMul body, a Scan of 100 steps of a small RNN cell; each against the same body run 100 times
      from Python (prepared once as a model of its own), and against onnxruntime on 2 threads, in
      alternating blocks after a pause (see `alternating`).
+  5. one-row products: a decoder step's float32 MatMuls (GPT-2-small's shapes, 6 layers, 170 MB of
+     weights: 768 -> 2304, 768 -> 768, 768 -> 3072, 3072 -> 768) on one token; onnx_mini with its
+     matrices in the order it chooses (weight_layout.py) and in the loader's, against onnxruntime on
+     2 threads, in alternating blocks after a pause.
 
 All runtimes run in this process. Times are medians over repeats, after warm-up. A runtime that is
 missing or fails on a case is shown as 'n/a' (the reason is printed below the table); nothing here
@@ -69,7 +73,7 @@ RUNTIMES = ("onnx_mini", "onnxruntime", "onnx.reference")
 # Repetitions (full, quick). Each timed sample lasts at least MIN_SAMPLE seconds (inner loop).
 REPEATS = {"chain": (60, 7), "gather": (40, 5), "reshape": (60, 7)}
 # Alternating blocks (full, quick): how many blocks per runtime, how many timed calls per block.
-BLOCKS = {"control": ((5, 15), (2, 5))}
+BLOCKS = {"control": ((5, 15), (2, 5)), "decode": ((8, 30), (2, 10))}
 PAUSE = 0.5   # seconds before each block: a runtime's spinning threads must not steal the next one's core
 MIN_SAMPLE = {False: 0.05, True: 0.01}
 
@@ -734,6 +738,72 @@ def case_control_flow(table: Table, quick: bool) -> None:
         gc.collect()
 
 
+def decode_model(layers: int = 6, d: int = 768, seed: int = 6) -> onnx.ModelProto:
+    """x [1, d] -> per layer: qkv = x W0, a = x + qkv[:, :d] W1, y = a + tanh(x W2) W3 (the shapes of a
+    GPT-2-small decoder step's products, weights N(0, 0.02^2)); the attention itself left out."""
+    rng = np.random.default_rng(seed)
+    nodes, inits, prev = [], [], "x"
+    inits += [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("lo", [0]), ("hi", [d]), ("ax", [1]))]
+    for i in range(layers):
+        for j, (k, n) in enumerate(((d, 3 * d), (d, d), (d, 4 * d), (4 * d, d))):
+            inits.append(numpy_helper.from_array((rng.standard_normal((k, n)) * 0.02).astype(np.float32), f"w{i}_{j}"))
+        nodes += [helper.make_node("MatMul", [prev, f"w{i}_0"], [f"qkv{i}"]),
+                  helper.make_node("Slice", [f"qkv{i}", "lo", "hi", "ax"], [f"q{i}"]),
+                  helper.make_node("MatMul", [f"q{i}", f"w{i}_1"], [f"o{i}"]),
+                  helper.make_node("Add", [prev, f"o{i}"], [f"a{i}"]),
+                  helper.make_node("MatMul", [prev, f"w{i}_2"], [f"u{i}"]),
+                  helper.make_node("Tanh", [f"u{i}"], [f"t{i}"]),
+                  helper.make_node("MatMul", [f"t{i}", f"w{i}_3"], [f"m{i}"]),
+                  helper.make_node("Add", [f"a{i}", f"m{i}"], [f"y{i}"])]
+        prev = f"y{i}"
+    return make_model(nodes, [_vi("x", TensorProto.FLOAT, [1, d])], [_vi(prev, TensorProto.FLOAT, [1, d])],
+                      inits, "decode")
+
+
+def case_decode(table: Table, quick: bool) -> None:
+    from onnx_mini import weight_layout
+    blocks, per_block = BLOCKS["decode"][quick]
+    label = "5. decoder step, 24 MatMul [1,768] x 170 MB float32"
+    print(f"\n[{label}] {blocks} alternating blocks of {per_block} calls per runtime, {PAUSE} s pause "
+          "before each; onnxruntime on 2 threads", flush=True)
+    model = decode_model()
+    feeds = {"x": np.random.default_rng(1).standard_normal((1, 768)).astype(np.float32)}
+    runners = {"onnx_mini": Runner("onnx_mini", model), "onnxruntime": Runner("onnxruntime", model,
+                                                                              intra_op_num_threads=2)}
+    kept = weight_layout.MIN_BYTES
+    weight_layout.MIN_BYTES = math.inf         # every matrix as the loader made it (C order)
+    try:
+        as_loaded = Runner("onnx_mini", model)
+    finally:
+        weight_layout.MIN_BYTES = kept
+    mine = runners["onnx_mini"].try_run(feeds)
+    for name, r in (("onnxruntime", runners["onnxruntime"]), ("as loaded", as_loaded)):
+        out = r.try_run(feeds)
+        if out is not None and mine is not None and not np.allclose(out[0], mine[0], rtol=1e-4, atol=1e-4):
+            r.error = "output differs from onnx_mini's beyond rtol 1e-4 - not timed"
+    for r in (runners["onnx_mini"], as_loaded):
+        r.settle(feeds)
+    errors: dict[str, str] = {}
+    fns = {n: (lambda r=r: r.call(feeds)) if r.ok else None for n, r in runners.items()}
+    fns["as loaded"] = (lambda: as_loaded.call(feeds)) if as_loaded.ok else None
+    times = alternating(fns, blocks, per_block, errors)
+    for name, err in errors.items():
+        (runners[name] if name in runners else as_loaded).error = err
+    table.add(label, {"onnx_mini": times["onnx_mini"], "onnxruntime": times["onnxruntime"], "onnx.reference": None})
+    runner_notes(table, label, runners)
+    line = (f"{label}: onnx_mini {fmt_time(times['onnx_mini'])}, with the matrices in the loader's order "
+            f"{fmt_time(times['as loaded'])} ({fmt_ratio(times['onnx_mini'], times['as loaded'])}), onnxruntime "
+            f"{fmt_time(times['onnxruntime'])}: onnx_mini / onnxruntime {fmt_ratio(times['onnx_mini'], times['onnxruntime'])}"
+            f" (as loaded: {fmt_ratio(times['as loaded'], times['onnxruntime'])})")
+    if as_loaded.error:
+        line += f"; as loaded n/a - {as_loaded.error}"
+    print("  " + line, flush=True)
+    table.notes.append(line)
+    table.notes.append(f"{label}: onnx.reference not run (its products are numpy's own, as onnx_mini's)")
+    del runners, as_loaded
+    gc.collect()
+
+
 # -- main -----------------------------------------------------------------------------------------
 
 def machine_info() -> str:
@@ -817,7 +887,8 @@ def print_findings(bars_title: str | None, bars: list[str], notes: list[str]) ->
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer repetitions (under ~40 s)")
-    cases = {"chain": case_chain, "gather": case_gather, "reshape": case_reshape, "control": case_control_flow}
+    cases = {"chain": case_chain, "gather": case_gather, "reshape": case_reshape, "control": case_control_flow,
+             "decode": case_decode}
     p.add_argument("--only", choices=sorted(cases), action="append", help="run only this case (repeatable)")
     args = p.parse_args(argv)
     start = time.perf_counter()

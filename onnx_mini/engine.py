@@ -26,6 +26,7 @@ from .ops._common import prepacking
 from .plan import TRACING, Plan, StepInfo, describe_value
 from .prepare import prepare_plan
 from .specialize import Specializer
+from .weight_layout import lay_out_weights
 
 
 class PreparedModel:
@@ -50,7 +51,10 @@ class PreparedModel:
                  max_tensor_bytes: int | None = None, threads: int | None = None, conv_algorithm: str | None = None):
         if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 0):
             raise OnnxMiniError(f"threads must be a non-negative int (0 or None: the default), got {threads!r}")
-        self.model = model
+        # its constant matrices in the memory order their products read faster (weight_layout.py): the
+        # model's one copy of them, which every plan reads
+        laid = lay_out_weights(model.graph)
+        self.model = model if laid is model.graph else replace(model, graph=laid)
         self.threads = threads or None
         self.max_tensor_bytes = max_tensor_bytes       # this model's own size limit (None: process-wide only)
         self.custom_ops = as_custom_ops(custom_ops)   # per-model user kernels, resolved first
@@ -345,6 +349,7 @@ def prepare(model, device: str = "CPU", *, optimize: bool = True, base_dir: str 
     _check_device(device)
     with dtypes.model_limits(max_tensor_bytes):
         loaded = loader.load(model, base_dir)
+    lay_out_weights(loaded.graph, in_place=True)     # (its own graph: no matrix held twice at once)
     return PreparedModel(loaded, optimize=optimize, verbose=verbose, custom_ops=custom_ops,
                          max_tensor_bytes=max_tensor_bytes, threads=threads, conv_algorithm=conv_algorithm)
 

@@ -17,7 +17,7 @@ LAYERS = [
     ("runtime services", ["parallel", "blas", "memory", "run_scope"]),
     ("kernels", ["registry", "ops", "ops.*"]),
     ("resolve and bind", ["catalog", "custom_ops", "schema_bodies", "resolve", "inline", "binding", "coverage"]),
-    ("optimise", ["optimize", "optimize.*"]),
+    ("optimise", ["optimize", "optimize.*", "weight_layout"]),
     ("plan", ["planner"]),
     ("after planning", ["inplace", "schedule"]),
     ("execute", ["executor", "inputs"]),
