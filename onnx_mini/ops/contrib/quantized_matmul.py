@@ -135,11 +135,10 @@ def matmul_nbits_1(*, K, N, block_size, bits=4, accuracy_level=0, weight_prepack
             blocks = q.reshape(N, n_blocks, bs)
             blocks -= zp if zp.ndim == 0 else zp[:, :, None]
             blocks *= s[:, :, None]
-        else:
-            q = q[:, :K]
-            q -= zp if zp.ndim == 0 else zp[:, block]
-            q *= s[:, block]
         w = q[:, :K]                            # (a last block's padding cut)
+        if block is not None:
+            w -= zp if zp.ndim == 0 else zp[:, block]
+            w *= s[:, block]
         return np.ascontiguousarray(w).T if blas.reads_as_rows(K, N) else np.ascontiguousarray(w.T)
 
     weights = prepack(dequantize, _constants, (1, 2, 3, 4), required=2)
