@@ -761,7 +761,7 @@ def decode_model(layers: int = 6, d: int = 768, seed: int = 6) -> onnx.ModelProt
 
 
 def case_decode(table: Table, quick: bool) -> None:
-    from onnx_mini import weight_layout
+    from onnx_mini import blas
     blocks, per_block = BLOCKS["decode"][quick]
     label = "5. decoder step, 24 MatMul [1,768] x 170 MB float32"
     print(f"\n[{label}] {blocks} alternating blocks of {per_block} calls per runtime, {PAUSE} s pause "
@@ -770,12 +770,12 @@ def case_decode(table: Table, quick: bool) -> None:
     feeds = {"x": np.random.default_rng(1).standard_normal((1, 768)).astype(np.float32)}
     runners = {"onnx_mini": Runner("onnx_mini", model), "onnxruntime": Runner("onnxruntime", model,
                                                                               intra_op_num_threads=2)}
-    kept = weight_layout.MIN_BYTES
-    weight_layout.MIN_BYTES = math.inf         # every matrix as the loader made it (C order)
+    kept = blas.LAYOUT_MIN_BYTES
+    blas.LAYOUT_MIN_BYTES = math.inf           # every matrix as the loader made it (C order)
     try:
         as_loaded = Runner("onnx_mini", model)
     finally:
-        weight_layout.MIN_BYTES = kept
+        blas.LAYOUT_MIN_BYTES = kept
     mine = runners["onnx_mini"].try_run(feeds)
     for name, r in (("onnxruntime", runners["onnxruntime"]), ("as loaded", as_loaded)):
         out = r.try_run(feeds)

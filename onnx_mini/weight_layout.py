@@ -7,11 +7,12 @@ memory once: stored as N rows of K (B' Fortran-ordered) it runs as dot products,
 over K rows of N, unless N is over twice K (blas.reads_as_rows has the measurements; GPT-2-small's
 products on one token, bench_core's case 5: 9.2 -> 7.6 ms). numpy hands either order to BLAS without a
 copy (as a transposed operand), and products of many rows measured no slower (128 rows, 4864 -> 896:
-7.1 against 8.7 ms). So an initializer that only such products read, as their B and agreeing on the
-order, is stored in the order they read faster. It is the model's one copy (PreparedModel keeps the
-laid-out graph, every plan reads it, with optimize=False too), so results do not depend on the
-optimiser; they may differ in the last bits from the other order's (another summation order inside
-BLAS, as between BLAS builds). Memory-mapped external data keeps its layout (a copy would load it).
+7.1 against 8.7 ms). So an initializer of 1 MB or more (blas.LAYOUT_MIN_BYTES) that only such products
+read, as their B and agreeing on the order, is stored in the order they read faster. It is the
+model's one copy (PreparedModel keeps the laid-out graph, every plan reads it, with optimize=False
+too), so results do not depend on the optimiser; they may differ in the last bits from the other
+order's (another summation order inside BLAS, as between BLAS builds). Memory-mapped external data
+keeps its layout (a copy would load it).
 """
 from __future__ import annotations
 
@@ -24,10 +25,6 @@ from . import blas
 from .graph import Graph, Node
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-# Smaller matrices stay in the loader's order: they sit in the caches, where the order hardly matters
-# (one-row products, the matrix cycled from memory, [K, N] rows against N rows: 512x256 13.0 / 13.3 us,
-# 64x256 2.7 / 3.3), and a C-ordered B takes np.dot, ~0.7 us cheaper a call than np.matmul (ops/fused.py).
-MIN_BYTES = 1 << 20
 
 
 def lay_out_weights(graph: Graph, in_place: bool = False) -> Graph:
@@ -43,7 +40,7 @@ def lay_out_weights(graph: Graph, in_place: bool = False) -> Graph:
     for name in list(graph.initializers):
         value = graph.initializers[name]
         if (name in fixed or not isinstance(value, np.ndarray) or value.ndim != 2 or value.dtype not in _FLOATS
-                or value.nbytes < MIN_BYTES or _mapped(value)):
+                or value.nbytes < blas.LAYOUT_MIN_BYTES or _mapped(value)):
             continue
         wanted = {_fortran_wanted(node, name, value.shape) for node in readers.get(name, ())}
         if len(wanted) != 1 or None in wanted:

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_mini
-from onnx_mini import blas, weight_layout
+from onnx_mini import blas
 
 F = TensorProto.FLOAT
 
@@ -31,8 +31,8 @@ def stored(prepared, name):
 
 @pytest.fixture
 def any_size(monkeypatch):
-    """Small matrices laid out too (the tests' matrices are below MIN_BYTES)."""
-    monkeypatch.setattr(weight_layout, "MIN_BYTES", 0)
+    """Small matrices laid out too (the tests' matrices are below blas.LAYOUT_MIN_BYTES)."""
+    monkeypatch.setattr(blas, "LAYOUT_MIN_BYTES", 0)
 
 
 def test_the_rule():
@@ -87,7 +87,7 @@ def test_other_readers_keep_the_order(any_size):
 
 
 def test_small_matrices_keep_the_order():
-    small, large = rand(256, 256), rand(768, 512)          # 256 KB and 1.5 MB (MIN_BYTES: 1 MB)
+    small, large = rand(256, 256), rand(768, 512)          # 256 KB and 1.5 MB (blas.LAYOUT_MIN_BYTES: 1 MB)
     nodes = [helper.make_node("MatMul", ["x", "s"], ["p"]), helper.make_node("MatMul", ["y", "l"], ["q"])]
     m = model(nodes, [("x", [1, 256]), ("y", [1, 768])], ["p", "q"],
               [numpy_helper.from_array(small, "s"), numpy_helper.from_array(large, "l")])

@@ -102,7 +102,7 @@ def matmul_nbits_1(*, K, N, block_size, bits=4, accuracy_level=0, weight_prepack
     def dequantize(b, scales, zero_points, g_idx):
         """W^T [K, N] for the product: (code - zero point) * scale per weight, in float32, stored as
         N contiguous rows of K (a transposed view) or as K rows of N, whichever a one-token product reads
-        faster (blas.reads_as_rows); a larger A takes either as BLAS's operand without a copy."""
+        faster (blas.laid_out); a larger A takes either as BLAS's operand without a copy."""
         if b.dtype != _U8 or b.size != N * n_blocks * blob:
             raise InvalidValueError(f"B must be uint8 of shape [N={N}, k_blocks={n_blocks}, blob_size={blob}], "
                                     f"got {b.dtype} {list(b.shape)}")
@@ -139,7 +139,7 @@ def matmul_nbits_1(*, K, N, block_size, bits=4, accuracy_level=0, weight_prepack
         if block is not None:
             w -= zp if zp.ndim == 0 else zp[:, block]
             w *= s[:, block]
-        return np.ascontiguousarray(w).T if blas.reads_as_rows(K, N) else np.ascontiguousarray(w.T)
+        return blas.laid_out(w.T)
 
     weights = prepack(dequantize, _constants, (1, 2, 3, 4), required=2)
 
@@ -258,7 +258,8 @@ def _centered_b(b, b_zp, measured=False):
     if b_zp is not None and b_zp.dtype != b.dtype:
         raise InvalidValueError(f"b_zero_point ({b_zp.dtype}) must have the type of its operand ({b.dtype})")
     bc, rb = int_operand(b, None if b_zp is None else _per_col(b_zp, b, "b_zero_point"), measured)
-    if measured:
+    if measured:            # a constant B, made once: in the order one-row products read faster
+        bc = blas.laid_out(bc) if bc.ndim == 2 else bc
         bc.setflags(write=False)
     return bc, rb
 

@@ -310,9 +310,11 @@ def _int_product(a, b, a_zp, b_zp, what, b_prepared=None):
 
 
 def _int_weight(b, b_zp, what):
-    """int_operand(b, b_zero_point) of a constant B, made once (prepack), with the checks of the run."""
+    """int_operand(b, b_zero_point) of a constant B, made once (prepack), with the checks of the run; a
+    matrix in the order one-row products read faster (blas.laid_out: the integer sums are exact in any)."""
     b_zp = None if b_zp is None else _per_col(b_zp, b, what)
     bc, rb = int_operand(b, b_zp, measured=b.dtype.kind in "iu")
+    bc = blas.laid_out(bc) if bc.ndim == 2 else bc
     bc.setflags(write=False)
     return bc, rb
 
