@@ -8,11 +8,11 @@ over K rows of N, unless N is over twice K (blas.reads_as_rows has the measureme
 products on one token, bench_core's case 5: 9.2 -> 7.6 ms). numpy hands either order to BLAS without a
 copy (as a transposed operand), and products of many rows measured no slower (128 rows, 4864 -> 896:
 7.1 against 8.7 ms). So an initializer of 1 MB or more (blas.LAYOUT_MIN_BYTES) that only such products
-read, as their B and agreeing on the order, is stored in the order they read faster. It is the
-model's one copy (PreparedModel keeps the laid-out graph, every plan reads it, with optimize=False
-too), so results do not depend on the optimiser; they may differ in the last bits from the other
-order's (another summation order inside BLAS, as between BLAS builds). Memory-mapped external data
-keeps its layout (a copy would load it).
+read (in the graph or inside its If / Loop / Scan bodies), as their B and agreeing on the order, is
+stored in the order they read faster. It is the model's one copy (PreparedModel keeps the laid-out
+graph, every plan reads it, with optimize=False too), so results do not depend on the optimiser; they
+may differ in the last bits from the other order's (another summation order inside BLAS, as between
+BLAS builds). Memory-mapped external data keeps its layout (a copy would load it).
 """
 from __future__ import annotations
 
@@ -31,10 +31,7 @@ def lay_out_weights(graph: Graph, in_place: bool = False) -> Graph:
     """The graph with each such initializer in the order its products read faster: itself when none
     changes; a new graph (the input one unchanged), or with in_place (a graph the caller owns) the same
     graph, each matrix replaced as soon as its copy is made (one matrix at a time held twice)."""
-    readers: dict[str, list[Node]] = {}
-    for node in graph.nodes:
-        for x in {*node.inputs, *node.captures}:
-            readers.setdefault(x, []).append(node)
+    readers = _readers(graph)
     fixed = {v.name for v in graph.inputs} | {v.name for v in graph.outputs}
     laid = {}
     for name in list(graph.initializers):
@@ -57,11 +54,42 @@ def lay_out_weights(graph: Graph, in_place: bool = False) -> Graph:
     return replace(graph, initializers={**graph.initializers, **laid}) if laid else graph
 
 
-def _fortran_wanted(node: Node, name: str, shape) -> bool | None:
+def _readers(graph: Graph) -> dict[str, list]:
+    """The nodes reading each of the graph's initializers, those inside If / Loop / Scan bodies too (an
+    exporter's merged decoder: both branches of an If multiply by the outer weights), where a body does
+    not shadow the name; a body handing the value on as its output counts as a reader of another kind
+    (None)."""
+    readers: dict[str, list] = {}
+    names = set(graph.initializers)
+
+    def walk(g: Graph, visible: set) -> None:
+        for node in g.nodes:
+            for x in set(node.inputs):
+                if x in visible:
+                    readers.setdefault(x, []).append(node)
+            for body in _bodies(node):
+                inner = visible - {v.name for v in body.inputs} - set(body.initializers) - {
+                    o for n in body.nodes for o in n.outputs}
+                for v in body.outputs:
+                    if v.name in inner:
+                        readers.setdefault(v.name, []).append(None)
+                walk(body, inner)
+    walk(graph, names)
+    return readers
+
+
+def _bodies(node: Node):
+    for value in node.attrs.values():
+        for sub in value if isinstance(value, list) else (value,):
+            if isinstance(sub, Graph):
+                yield sub
+
+
+def _fortran_wanted(node: Node | None, name: str, shape) -> bool | None:
     """Whether `node`'s product reads its B = `name` (of `shape`) faster Fortran-ordered (True) or
     C-ordered (False); None when the node is not a MatMul / Gemm reading it once, as B."""
-    if (node.domain not in ("", "ai.onnx") or node.op_type not in ("MatMul", "Gemm") or len(node.inputs) < 2
-            or node.inputs[1] != name or node.inputs.count(name) != 1 or name in node.captures):
+    if (node is None or node.domain not in ("", "ai.onnx") or node.op_type not in ("MatMul", "Gemm")
+            or len(node.inputs) < 2 or node.inputs[1] != name or node.inputs.count(name) != 1):
         return None
     if node.op_type == "Gemm" and int(node.attrs.get("transB", 0)):
         n, k = shape

@@ -115,3 +115,28 @@ def test_mapped_external_data_is_not_copied(tmp_path):
     assert stored(p, "w").flags.c_contiguous            # still the mapping, not a Fortran-ordered copy
     x = rand(1, k)
     np.testing.assert_allclose(p.run([x])[0], x.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("other, laid", [("MatMul", True), ("Add", False), ("Identity", False)])
+def test_weights_read_inside_if_branches(any_size, other, laid):
+    # a merged decoder's form: both branches of an If multiply by the outer weights. Laid out when every
+    # reader is such a product; left alone when a branch adds it, or hands it on as its output
+    w = rand(96, 64)
+
+    def branch(op, tag):
+        if op == "MatMul":
+            node = helper.make_node("MatMul", ["x", "w"], [f"y_{tag}"])
+        elif op == "Add":
+            node = helper.make_node("Add", ["w", "w"], [f"y_{tag}"])
+        else:
+            return helper.make_graph([], tag, [], [helper.make_tensor_value_info("w", F, None)])
+        return helper.make_graph([node], tag, [], [helper.make_tensor_value_info(f"y_{tag}", F, None)])
+    node = helper.make_node("If", ["c"], ["y"], then_branch=branch("MatMul", "then"), else_branch=branch(other, "else"))
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                                        helper.make_tensor_value_info("x", F, [1, 96])],
+                          [helper.make_tensor_value_info("y", F, None)], [numpy_helper.from_array(w, "w")])
+    p = onnx_mini.prepare(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    assert stored(p, "w").flags.f_contiguous == laid
+    x = rand(1, 96)
+    np.testing.assert_allclose(p.run({"c": np.array(True), "x": x})[0], x.astype(np.float64) @ w, rtol=1e-5,
+                               atol=1e-5)
