@@ -39,6 +39,7 @@ from .graph import ModelMetadata, TypeInfo, ValueInfo
 from .inputs import export_outputs, type_string
 from .ort_api import IOBinding, OrtValue, missing_attribute
 from .plan import StepInfo
+from .weight_layout import lay_out_weights
 
 CPU = "CPUExecutionProvider"
 
@@ -293,6 +294,7 @@ class InferenceSession:
         start = time.perf_counter()
         with dtypes.model_limits(max_tensor_bytes):
             loaded = loader.load(path_or_bytes, base_dir)
+        lay_out_weights(loaded.graph, in_place=True)     # (its own graph: no matrix held twice at once)
         loaded_at = time.perf_counter()
         self._prepared = PreparedModel(loaded, optimize=optimize, verbose=verbose, custom_ops=custom_ops,
                                        max_tensor_bytes=max_tensor_bytes)

@@ -140,3 +140,13 @@ def test_weights_read_inside_if_branches(any_size, other, laid):
     x = rand(1, 96)
     np.testing.assert_allclose(p.run({"c": np.array(True), "x": x})[0], x.astype(np.float64) @ w, rtol=1e-5,
                                atol=1e-5)
+
+
+def test_inference_session_lays_out_too():
+    w = rand(768, 512)                                  # 1.5 MB, read as B: Fortran-ordered
+    m = model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", [1, 768])], ["y"],
+              [numpy_helper.from_array(w, "w")])
+    s = onnx_mini.InferenceSession(m.SerializeToString())
+    assert stored(s.prepared, "w").flags.f_contiguous
+    x = rand(1, 768)
+    np.testing.assert_allclose(s.run(None, {"x": x})[0], x.astype(np.float64) @ w, rtol=1e-5, atol=1e-3)
