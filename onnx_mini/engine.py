@@ -347,11 +347,17 @@ def prepare(model, device: str = "CPU", *, optimize: bool = True, base_dir: str 
     conv_algorithm: the algorithm every Conv uses where it applies (ops/nn/conv: e.g. "im2col");
     None lets each Conv choose by its shapes."""
     _check_device(device)
+    return PreparedModel(load_laid_out(model, base_dir, max_tensor_bytes), optimize=optimize, verbose=verbose, custom_ops=custom_ops,
+                         max_tensor_bytes=max_tensor_bytes, threads=threads, conv_algorithm=conv_algorithm)
+
+
+def load_laid_out(model, base_dir: str | None, max_tensor_bytes: int | None) -> Model:
+    """The model loaded within its size limit, its matrices laid out in place (weight_layout.py): the graph
+    is the caller's own, so no matrix is held twice at once (PreparedModel then finds them laid out)."""
     with dtypes.model_limits(max_tensor_bytes):
         loaded = loader.load(model, base_dir)
-    lay_out_weights(loaded.graph, in_place=True)     # (its own graph: no matrix held twice at once)
-    return PreparedModel(loaded, optimize=optimize, verbose=verbose, custom_ops=custom_ops,
-                         max_tensor_bytes=max_tensor_bytes, threads=threads, conv_algorithm=conv_algorithm)
+    lay_out_weights(loaded.graph, in_place=True)
+    return loaded
 
 
 def run_model(model, inputs: Any, device: str = "CPU", **kwargs: Any):

@@ -31,15 +31,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import dtypes, loader
-from .engine import PreparedModel, StepClock, trace_hook
+from . import dtypes
+from .engine import PreparedModel, StepClock, load_laid_out, trace_hook
 from .errors import ArgumentError, InputError
 from .executor import Hook
 from .graph import ModelMetadata, TypeInfo, ValueInfo
 from .inputs import export_outputs, type_string
 from .ort_api import IOBinding, OrtValue, missing_attribute
 from .plan import StepInfo
-from .weight_layout import lay_out_weights
 
 CPU = "CPUExecutionProvider"
 
@@ -292,9 +291,7 @@ class InferenceSession:
         if not verbose and _severity(opts.log_severity_level) == 0:
             verbose = True
         start = time.perf_counter()
-        with dtypes.model_limits(max_tensor_bytes):
-            loaded = loader.load(path_or_bytes, base_dir)
-        lay_out_weights(loaded.graph, in_place=True)     # (its own graph: no matrix held twice at once)
+        loaded = load_laid_out(path_or_bytes, base_dir, max_tensor_bytes)
         loaded_at = time.perf_counter()
         self._prepared = PreparedModel(loaded, optimize=optimize, verbose=verbose, custom_ops=custom_ops,
                                        max_tensor_bytes=max_tensor_bytes)

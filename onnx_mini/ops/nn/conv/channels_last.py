@@ -388,16 +388,11 @@ class ConvNHWC:
         kh, kw = w.shape[2:]
         oh, ow = out
         _, _, _, need, dst, src, _, _, valid = plan
-        kept = self.scratch.__dict__
-        key = (x.shape, x.dtype, w.shape)
-        entry = kept.get(key)
-        if entry is None:
+        def make():
             xp = np.zeros((n, *need, c), x.dtype)
-            entry = (xp[:, dst[0], dst[1]], (slice(None), src[0], src[1]),
-                     *_depthwise_windows(xp, strides, (kh, kw), out))
-            if len(kept) < 4:
-                kept[key] = entry
-        inside, source, windows, subscripts, tiled = entry
+            return (xp[:, dst[0], dst[1]], (slice(None), src[0], src[1]),
+                    *_depthwise_windows(xp, strides, (kh, kw), out))
+        inside, source, windows, subscripts, tiled = self._kept((x.shape, x.dtype, w.shape), make)
         np.copyto(inside, x[source])
         y = memory.empty((n, oh, ow, c), x.dtype)
         if valid is not None and w is self.w_const:
@@ -430,15 +425,10 @@ class ConvNHWC:
             xp = memory.empty((n, need[0], sw, cols, c), x.dtype)
             views = _phase_views(xp, strides, (kh, kw), out)
         else:           # the phases kept per thread and shape (DW_READ_ROWS_MIN_BYTES), zeros written once
-            kept = self.scratch.__dict__
-            key = ("phases", x.shape, x.dtype, w.shape)
-            entry = kept.get(key)
-            if entry is None:
+            def make():
                 xp = np.zeros((n, need[0], sw, cols, c), x.dtype)
-                entry = (xp, _phase_views(xp, strides, (kh, kw), out))
-                if len(kept) < 4:
-                    kept[key] = entry
-            xp, views = entry
+                return xp, _phase_views(xp, strides, (kh, kw), out)
+            xp, views = self._kept(("phases", x.shape, x.dtype, w.shape), make)
             for p, (lo, hi), cs in regions:
                 xp[:, dst[0], p, lo:hi] = x[:, src[0], cs]
         y = memory.empty((n, oh, ow, c), x.dtype)
@@ -457,6 +447,17 @@ class ConvNHWC:
         macs = n * ow * c * kh * kw
         parallel.split(part, oh, max(1, thresholds.DW_MIN_PART_MACS // max(1, macs)))
         return y
+
+    def _kept(self, key, make):
+        """This thread's scratch for `key` (an input shape's padded input and its views, zeros written once):
+        made by make() the first time, kept for at most 4 keys per thread."""
+        kept = self.scratch.__dict__
+        entry = kept.get(key)
+        if entry is None:
+            entry = make()
+            if len(kept) < 4:
+                kept[key] = entry
+        return entry
 
     def _tiled(self, taps, w, ow):
         if w is not self.w_const:
