@@ -408,8 +408,8 @@ def reads_as_rows(k: int, n: int) -> bool:
 
 
 def laid_out(b: np.ndarray) -> np.ndarray:
-    """A constant 2-D B [K, N] in the memory order one-row products read faster: Fortran-ordered where
-    reads_as_rows and B holds LAYOUT_MIN_BYTES or more, else C-ordered; B itself when already so."""
+    """A constant B in the memory order one-row products read faster: a matrix [K, N] Fortran-ordered where
+    reads_as_rows and it holds LAYOUT_MIN_BYTES or more, anything else C-ordered; B itself when already so."""
     if b.ndim == 2 and b.nbytes >= LAYOUT_MIN_BYTES and reads_as_rows(*b.shape):
         return np.asfortranarray(b)
     return np.ascontiguousarray(b)

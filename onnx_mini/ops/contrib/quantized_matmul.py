@@ -259,7 +259,7 @@ def _centered_b(b, b_zp, measured=False):
         raise InvalidValueError(f"b_zero_point ({b_zp.dtype}) must have the type of its operand ({b.dtype})")
     bc, rb = int_operand(b, None if b_zp is None else _per_col(b_zp, b, "b_zero_point"), measured)
     if measured:            # a constant B, made once: in the order one-row products read faster
-        bc = blas.laid_out(bc) if bc.ndim == 2 else bc
+        bc = blas.laid_out(bc)
         bc.setflags(write=False)
     return bc, rb
 

@@ -314,7 +314,7 @@ def _int_weight(b, b_zp, what):
     matrix in the order one-row products read faster (blas.laid_out: the integer sums are exact in any)."""
     b_zp = None if b_zp is None else _per_col(b_zp, b, what)
     bc, rb = int_operand(b, b_zp, measured=b.dtype.kind in "iu")
-    bc = blas.laid_out(bc) if bc.ndim == 2 else bc
+    bc = blas.laid_out(bc)
     bc.setflags(write=False)
     return bc, rb
 
